@@ -1,0 +1,3 @@
+from anyrtd.cli import main
+
+main()

@@ -1,0 +1,347 @@
+"""The any server client: the one module that knows the server's wire format.
+
+Everything else in anyrtd speaks the typed values defined here. If the real
+server differs from `docs/server-api.md`, this module is the one to change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+Record = dict[str, Any]
+"""A record as the server's query returns it: flat fields plus `id`, `_v`, `_updatedAt`."""
+
+
+class ServerError(Exception):
+    """The server answered with an error body; `code` is its slug (`not_found`, `tombstoned`...)."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(f"{status} {code}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+class ServerUnavailable(Exception):
+    """The server could not be reached (connection refused, timeout, a 5xx)."""
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Where a set of records lives: a space, an object and a dataset (short or collection name)."""
+
+    space: str
+    object_id: str
+    name: str
+
+
+@dataclass(frozen=True)
+class Change:
+    seq: int
+    object_id: str
+    dataset: str
+    id: str
+    op: str
+    record: Record | None
+
+
+@dataclass(frozen=True)
+class ChangePage:
+    changes: list[Change]
+    seq: int
+
+
+@dataclass(frozen=True)
+class DeviceRow:
+    peer_id: str
+    name: str
+    os: str
+    apps: Mapping[str, Mapping[str, Any]]
+    deleted: bool = False
+
+
+@dataclass(frozen=True)
+class DevicesView:
+    self_id: str
+    active: Mapping[str, str | None]
+    devices: list[DeviceRow] = field(default_factory=list)
+
+    def row(self, peer_id: str) -> DeviceRow | None:
+        return next((d for d in self.devices if d.peer_id == peer_id), None)
+
+
+@dataclass(frozen=True)
+class Upsert:
+    """A field-level write of one record: only `fields` change; `unset` paths are removed."""
+
+    id: str
+    fields: Mapping[str, Any]
+    unset: Sequence[str] = ()
+    if_version: int | None = None
+
+
+class ServerClient:
+    """An async client of the any server API."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        timeout: float = 10.0,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url, transport=transport, timeout=timeout
+        )
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> ServerClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        params: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        try:
+            resp = await self._http.request(
+                method,
+                path,
+                json=body,
+                params=params,
+                timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
+            )
+        except httpx.TransportError as exc:
+            raise ServerUnavailable(f"{self.base_url}: {exc.__class__.__name__}: {exc}") from exc
+        if resp.status_code >= 500:
+            raise ServerUnavailable(f"{self.base_url}{path}: server error {resp.status_code}")
+        try:
+            payload = resp.json()
+        except ValueError:
+            payload = None
+        if resp.status_code >= 400:
+            err = payload.get("error") if isinstance(payload, dict) else None
+            code = str(err.get("code", "error")) if isinstance(err, dict) else "error"
+            message = str(err.get("message", resp.text)) if isinstance(err, dict) else resp.text
+            raise ServerError(resp.status_code, code, message)
+        return payload
+
+    # spaces, types, bundles
+
+    async def spaces(self) -> list[dict[str, str]]:
+        body = await self._call("GET", "/v1/spaces")
+        return list(body["spaces"])
+
+    async def types(self, space: str, *, include_hidden: bool = True) -> list[dict[str, Any]]:
+        params = {"includeHidden": "true"} if include_hidden else None
+        body = await self._call("GET", f"/v1/spaces/{quote(space, safe='')}/types", params=params)
+        return list(body["types"])
+
+    async def ensure_type(
+        self, space: str, key: str, *, name: str | None = None, hidden: bool = True,
+        id_rule: str = "user", dynamic: bool = True,
+    ) -> str:
+        """Return the id of the type `key`, creating it (idempotently) when missing."""
+        for t in await self.types(space, include_hidden=True):
+            if t.get("key") == key:
+                return str(t["id"])
+        body = await self._call(
+            "POST",
+            f"/v1/spaces/{quote(space, safe='')}/types",
+            {"key": key, "name": name or key, "hidden": hidden, "idRule": id_rule,
+             "dynamic": dynamic},
+        )
+        return str(body["id"])
+
+    async def child(self, space: str, bundle: str, seed: str, type_id: str | None = None) -> str:
+        """Return the object id of the bundle child for `seed` (resolved idempotently)."""
+        payload: dict[str, Any] = {"seed": seed}
+        if type_id is not None:
+            payload["type"] = type_id
+        body = await self._call(
+            "POST",
+            f"/v1/spaces/{quote(space, safe='')}/bundles/{quote(bundle, safe='')}/children",
+            payload,
+        )
+        return str(body["objectId"])
+
+    async def datasets(self, space: str) -> list[dict[str, Any]]:
+        body = await self._call("GET", f"/v1/spaces/{quote(space, safe='')}/datasets")
+        return list(body["datasets"])
+
+    # records
+
+    async def upsert(self, where: Dataset, writes: Iterable[Upsert]) -> dict[str, int]:
+        """Write fields of records (field-level merge); return each id's new version."""
+        writes = list(writes)
+        if not writes:
+            return {}
+        if all(not w.unset and w.if_version is None for w in writes):
+            records: list[dict[str, Any]] = [{"id": w.id, "fields": dict(w.fields)} for w in writes]
+            body = await self._call("POST", self._space_path(where, "upsert"),
+                                    {**self._where(where), "records": records})
+        else:
+            mods = []
+            for w in writes:
+                ops: list[dict[str, Any]] = [
+                    {"type": "$set", "path": k, "value": v} for k, v in w.fields.items()
+                ]
+                ops += [{"type": "$unset", "path": p} for p in w.unset]
+                rec: dict[str, Any] = {"id": w.id, "upsert": True, "ops": ops}
+                if w.if_version is not None:
+                    rec["ifVersion"] = w.if_version
+                mods.append(rec)
+            body = await self._call("POST", self._space_path(where, "modify"),
+                                    {**self._where(where), "records": mods})
+        return {str(r["id"]): int(r["version"]) for r in body["records"]}
+
+    async def replace(self, where: Dataset, record_id: str, value: Mapping[str, Any]) -> int:
+        """Replace a whole record (creating it when missing); return its new version."""
+        body = await self._call(
+            "POST",
+            self._space_path(where, "modify"),
+            {**self._where(where), "records": [{"id": record_id, "upsert": True, "ops": [
+                {"type": "$set", "path": "", "value": dict(value)}]}]},
+        )
+        return int(body["records"][0]["version"])
+
+    async def query(
+        self,
+        where: Dataset,
+        *,
+        filter: Mapping[str, Any] | None = None,
+        sort: Sequence[str] | None = None,
+        limit: int | None = None,
+        after: str | None = None,
+        include_deleted: bool = False,
+    ) -> tuple[list[Record], str | None]:
+        """Return one page of records and the token of the next page (or None)."""
+        payload: dict[str, Any] = self._where(where)
+        if filter:
+            payload["filter"] = dict(filter)
+        if sort:
+            payload["sort"] = list(sort)
+        if limit is not None:
+            payload["limit"] = limit
+        if after is not None:
+            payload["after"] = after
+        if include_deleted:
+            payload["includeDeleted"] = True
+        body = await self._call("POST", self._space_path(where, "query"), payload)
+        nxt = body.get("next")
+        return list(body["records"]), (str(nxt) if nxt else None)
+
+    async def query_all(
+        self,
+        where: Dataset,
+        *,
+        filter: Mapping[str, Any] | None = None,
+        sort: Sequence[str] | None = None,
+        include_deleted: bool = False,
+        page_size: int = 1000,
+    ) -> list[Record]:
+        """Return every record matching `filter`, following pages."""
+        out: list[Record] = []
+        after: str | None = None
+        while True:
+            page, after = await self.query(
+                where, filter=filter, sort=sort, limit=page_size, after=after,
+                include_deleted=include_deleted,
+            )
+            out.extend(page)
+            if after is None:
+                return out
+
+    async def delete(self, where: Dataset, ids: Sequence[str]) -> list[str]:
+        body = await self._call("POST", self._space_path(where, "delete"),
+                                {**self._where(where), "ids": list(ids)})
+        return [str(i) for i in body["deleted"]]
+
+    async def changes(self, space: str, since: int, wait: float = 0.0) -> ChangePage | None:
+        """Return changes after `since` (long-polling up to `wait` s); None if there is no feed."""
+        try:
+            body = await self._call(
+                "GET",
+                f"/v1/spaces/{quote(space, safe='')}/changes",
+                params={"since": since, "wait": wait},
+                timeout=wait + 10.0,
+            )
+        except ServerError as exc:
+            if exc.status == 404 and exc.code in ("not_found", "error", "no_route"):
+                return None
+            raise
+        changes = [
+            Change(
+                seq=int(c["seq"]),
+                object_id=str(c.get("objectId", "")),
+                dataset=str(c.get("dataset", "")),
+                id=str(c.get("id", "")),
+                op=str(c.get("op", "")),
+                record=c.get("record"),
+            )
+            for c in body.get("changes", [])
+        ]
+        return ChangePage(changes=changes, seq=int(body.get("seq", since)))
+
+    # devices registry
+
+    async def devices(self) -> DevicesView | None:
+        """Return the devices registry, or None when the server has none (404)."""
+        try:
+            body = await self._call("GET", "/v1/devices")
+        except ServerError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return DevicesView(
+            self_id=str(body.get("self", "")),
+            active=dict(body.get("active") or {}),
+            devices=[_device_row(r) for r in body.get("devices", [])],
+        )
+
+    async def register(self, app: str, version: str, *, name: str = "", os: str = "") -> DeviceRow:
+        body = await self._call(
+            "PUT", "/v1/devices/me", {"name": name, "os": os, "apps": {app: {"version": version}}}
+        )
+        return _device_row(body)
+
+    async def activate(self, app: str) -> DeviceRow:
+        return _device_row(await self._call("POST", "/v1/devices/activate", {"app": app}))
+
+    async def prune(self, peer_id: str) -> None:
+        await self._call("DELETE", f"/v1/devices/{quote(peer_id, safe='')}")
+
+    # helpers
+
+    @staticmethod
+    def _space_path(where: Dataset, verb: str) -> str:
+        return f"/v1/spaces/{quote(where.space, safe='')}/{verb}"
+
+    @staticmethod
+    def _where(where: Dataset) -> dict[str, Any]:
+        return {"objectId": where.object_id, "dataset": where.name}
+
+
+def _device_row(raw: Mapping[str, Any]) -> DeviceRow:
+    return DeviceRow(
+        peer_id=str(raw.get("peerId", "")),
+        name=str(raw.get("name", "")),
+        os=str(raw.get("os", "")),
+        apps=dict(raw.get("apps") or {}),
+        deleted=bool(raw.get("deleted", False)),
+    )

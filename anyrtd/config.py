@@ -1,0 +1,170 @@
+"""Configuration: a TOML file, overridden by `ANYRTD_*` variables, overridden by flags."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+DEFAULT_SERVER = "http://127.0.0.1:7001"
+DEFAULT_LISTEN = "127.0.0.1:7010"
+SYSTEM_CONFIG = Path("/etc/anyrtd/anyrtd.toml")
+
+
+class ConfigError(Exception):
+    """A configuration value that cannot be used; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class CommandProgram:
+    """A command declared in the local program table: the only commands a device will run."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+
+
+@dataclass(frozen=True)
+class Config:
+    server: str = DEFAULT_SERVER
+    space: str = "bao"
+    agent_name: str = "bao"
+    listen: str = DEFAULT_LISTEN
+    state_dir: Path = field(default_factory=lambda: default_state_dir())
+    tick_s: float = 5.0
+    election_poll_s: float = 10.0
+    run_timeout_s: float = 300.0
+    grace_s: float = 10.0
+    full_resync_s: float = 300.0
+    decay_days: float = 30.0
+    token_file: Path | None = None
+    programs: Mapping[str, CommandProgram] = field(default_factory=dict)
+    source: Path | None = None
+
+    @property
+    def mirror_path(self) -> Path:
+        return self.state_dir / "anyrtd.sqlite3"
+
+    def with_overrides(self, **values: Any) -> Config:
+        """Return a copy with every value that is not None replaced."""
+        return replace(self, **{k: v for k, v in values.items() if v is not None})
+
+
+def default_state_dir() -> Path:
+    """Return `$STATE_DIRECTORY` under systemd, else `~/.local/state/anyrtd`."""
+    under_systemd = os.environ.get("STATE_DIRECTORY")
+    if under_systemd:
+        return Path(under_systemd.split(":")[0])
+    xdg = os.environ.get("XDG_STATE_HOME")
+    base = Path(xdg) if xdg else Path.home() / ".local" / "state"
+    return base / "anyrtd"
+
+
+def find_config_file(explicit: str | None, env: Mapping[str, str]) -> Path | None:
+    """Return the config file to read: the flag, `ANYRTD_CONFIG`, the user's, the system's."""
+    if explicit:
+        return Path(explicit)
+    if env.get("ANYRTD_CONFIG"):
+        return Path(env["ANYRTD_CONFIG"])
+    user = Path(env.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "anyrtd" / "anyrtd.toml"
+    for candidate in (user, SYSTEM_CONFIG):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+_ENV_KEYS = {
+    "ANYRTD_SERVER": "server",
+    "ANYRTD_SPACE": "space",
+    "ANYRTD_LISTEN": "listen",
+    "ANYRTD_STATE_DIR": "state_dir",
+    "ANYRTD_TICK": "tick_s",
+}
+
+
+def load_config(
+    path: str | None = None,
+    env: Mapping[str, str] | None = None,
+    **flags: Any,
+) -> Config:
+    """Build the config from file, environment and flags, in rising order of precedence."""
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    source = find_config_file(path, env)
+    if source is not None:
+        values.update(_read_file(source))
+    for var, key in _ENV_KEYS.items():
+        if env.get(var):
+            values[key] = env[var]
+    values.update({k: v for k, v in flags.items() if v is not None})
+    return _build(values, source)
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path}: not found; create it or drop --config") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path}: not valid TOML: {exc}") from None
+
+
+_FLOATS = {"tick_s", "election_poll_s", "run_timeout_s", "grace_s", "full_resync_s", "decay_days"}
+_STRINGS = {"server", "space", "agent_name", "listen"}
+
+
+def _build(values: dict[str, Any], source: Path | None) -> Config:
+    known = {f.name for f in fields(Config)} - {"source"}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ConfigError(f"unknown config key {unknown[0]!r}; known keys: {', '.join(sorted(known))}")
+    out: dict[str, Any] = {"source": source}
+    for key, raw in values.items():
+        if key in _FLOATS:
+            out[key] = _positive_float(key, raw)
+        elif key in _STRINGS:
+            if not isinstance(raw, str) or not raw:
+                raise ConfigError(f"config key {key}: expected a non-empty string, got {raw!r}")
+            out[key] = raw
+        elif key in ("state_dir", "token_file"):
+            out[key] = Path(str(raw)).expanduser()
+        elif key == "programs":
+            out[key] = _programs(raw)
+    if "server" in out:
+        out["server"] = str(out["server"]).rstrip("/")
+    return Config(**out)
+
+
+def _positive_float(key: str, raw: Any) -> float:
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(f"config key {key}: expected a number of seconds, got {raw!r}") from None
+    if not value > 0:
+        raise ConfigError(f"config key {key}: must be greater than 0, got {raw!r}")
+    return value
+
+
+def _programs(raw: Any) -> dict[str, CommandProgram]:
+    if not isinstance(raw, dict):
+        raise ConfigError('config table programs: expected [programs."name@v1"] tables')
+    table: dict[str, CommandProgram] = {}
+    for name, entry in raw.items():
+        where = f'config table programs."{name}"'
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{where}: expected a table with argv = [...]")
+        argv = entry.get("argv")
+        if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+            raise ConfigError(f'{where}: argv must be a non-empty list of strings, e.g. ["/bin/true"]')
+        env = entry.get("env", {})
+        if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+            raise ConfigError(f"{where}: env must be a table of strings")
+        cwd = entry.get("cwd")
+        if cwd is not None and not isinstance(cwd, str):
+            raise ConfigError(f"{where}: cwd must be a string")
+        table[name] = CommandProgram(argv=tuple(argv), env=dict(env), cwd=cwd)
+    return table

@@ -1,0 +1,1 @@
+"""The control API: the daemon's local HTTP surface over the registry and the mirror."""

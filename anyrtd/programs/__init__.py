@@ -1,0 +1,1 @@
+"""Programs shipped with anyrtd: the built-ins a trigger can name."""

@@ -1,0 +1,44 @@
+"""Helpers shared by the tests: waiting on conditions with deadlines, never bare sleeps."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def wait_until(check: Callable[[], T], timeout: float = 10.0, interval: float = 0.02,
+               what: str = "condition") -> T:
+    """Poll `check` until it returns a truthy value; fail with `what` after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    last_exc: Exception | None = None
+    while True:
+        try:
+            value = check()
+            if value:
+                return value
+        except Exception as exc:  # the condition may not be checkable yet
+            last_exc = exc
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}") from last_exc
+        time.sleep(interval)
+
+
+async def async_wait_until(check: Callable[[], Awaitable[T]], timeout: float = 10.0,
+                           interval: float = 0.02, what: str = "condition") -> T:
+    """Await `check` until it returns a truthy value; fail with `what` after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    last_exc: Exception | None = None
+    while True:
+        try:
+            value = await check()
+            if value:
+                return value
+        except Exception as exc:
+            last_exc = exc
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}") from last_exc
+        await asyncio.sleep(interval)
