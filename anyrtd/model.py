@@ -1,0 +1,387 @@
+"""The trigger model: a record from `agent_triggers` parsed into a typed definition, or malformed.
+
+Pure and clock-free. Two kinds of trouble are kept apart:
+
+- **Malformed** (the daemon skips the record and logs the reason): the record's top-level
+  fields have the wrong types, the kind is unknown, the program is missing.
+- **A health marker** (the daemon adopts the record but it never fires, and `lastStatus` says
+  why): the fields are well typed but the *content* of `spec` is unusable — a bad or
+  never-matching cron expression, a bad zone, a once without a numeric `at`, an event without
+  `dataset` and `objectId` (`invalid_spec`), or an event on a dataset other than
+  `chat_messages` (`unsupported_source`). A missing `spec` is content, so it is a marker; a
+  `spec` that is not an object at all is a type error, so it is malformed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Literal, cast
+
+from anyrtd.schedule import (
+    EventSchedule,
+    InvalidSchedule,
+    OnceSchedule,
+    Schedule,
+    compile_schedule,
+)
+
+__all__ = [
+    "DEFAULT_MAX_CONSECUTIVE_FAILURES",
+    "INVALID_SPEC",
+    "KINDS",
+    "STANDING_BUILTINS",
+    "SUPPORTED_EVENT_DATASETS",
+    "UNSUPPORTED_SOURCE",
+    "Malformed",
+    "Rollup",
+    "TriggerDef",
+    "fingerprint",
+    "health_marker",
+    "is_unassigned",
+    "marker_reason",
+    "once_at",
+    "parse_record",
+    "spec_error",
+]
+
+Kind = Literal["cron", "once", "event"]
+KINDS: frozenset[str] = frozenset({"cron", "once", "event"})
+STANDING_BUILTINS: frozenset[str] = frozenset(
+    {"rollup", "extraction", "linkgen", "evolution", "decay", "reflection"}
+)
+SUPPORTED_EVENT_DATASETS: frozenset[str] = frozenset({"chat_messages"})
+DEFAULT_MAX_CONSECUTIVE_FAILURES = 3
+INVALID_SPEC = "invalid_spec"
+UNSUPPORTED_SOURCE = "unsupported_source"
+
+_STAMP = re.compile(r"anyrt-[0-9]+", re.ASCII)
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+_LIMIT_KEYS = ("fuelPerRun", "timeoutS", "maxCostPerRun")
+
+
+def is_unassigned(owner: str) -> bool:
+    """Return True for an owner that any active device may claim: "" or an `anyrt-<pid>` stamp."""
+    return owner == "" or _STAMP.fullmatch(owner) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Rollup:
+    """The fields the owning device writes on the record after each run."""
+
+    last_run_at: float | None = None
+    last_status: str | None = None
+    last_duration_ms: float | None = None
+    last_fuel: float | None = None
+    last_cost_usd: float | None = None
+    run_count: int = 0
+    consecutive_failures: int = 0
+    last_run_ref: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TriggerDef:
+    """A well-typed trigger record; `schedule` is compiled once per definition."""
+
+    id: str
+    name: str
+    kind: Kind
+    spec: Mapping[str, Any]
+    program: str
+    args: Mapping[str, Any]
+    owner: str
+    enabled: bool
+    limits: Mapping[str, Any]
+    max_consecutive_failures: int
+    rollup: Rollup
+    version: int | None
+    fingerprint: str
+    schedule: Schedule
+
+
+@dataclass(frozen=True, slots=True)
+class Malformed:
+    """A record the daemon skips; `reason` is fit for a log line."""
+
+    id: str
+    reason: str
+    version: int | None
+
+
+class _Bad(Exception):
+    """A malformed field; the message is the reason."""
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _finite(record: Mapping[str, Any], key: str) -> float | None:
+    v = record.get(key)
+    if v is None:
+        return None
+    if not _is_number(v):
+        raise _Bad(f"{key} must be a number, not {_show(v)}")
+    try:
+        f = float(v)
+    except OverflowError:
+        raise _Bad(f"{key} {v} is too large") from None
+    if not math.isfinite(f):
+        raise _Bad(f"{key} must be a finite number, not {v}")
+    return f
+
+
+def _count(record: Mapping[str, Any], key: str, default: int, minimum: int) -> int:
+    """Read a whole number (JSON may send 3.0), at least `minimum`."""
+    v = record.get(key)
+    if v is None:
+        return default
+    if not _is_number(v) or (isinstance(v, float) and not (math.isfinite(v) and v.is_integer())):
+        raise _Bad(f"{key} must be a whole number, not {_show(v)}")
+    n = int(v)
+    if n < minimum:
+        raise _Bad(f"{key} must be at least {minimum}, not {n}")
+    return n
+
+
+def _string(record: Mapping[str, Any], key: str) -> str | None:
+    v = record.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, str):
+        raise _Bad(f"{key} must be a string, not {_show(v)}")
+    return v
+
+
+def _object(record: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
+    v = record.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, Mapping):
+        raise _Bad(f"{key} must be an object, not {_show(v)}")
+    if not all(isinstance(k, str) for k in v):
+        raise _Bad(f"{key} must have string keys")
+    return MappingProxyType(dict(v))
+
+
+def _show(v: Any) -> str:
+    """Describe a bad value briefly: its JSON type and a clipped repr."""
+    kinds = {bool: "a boolean", int: "a number", float: "a number", str: "a string"}
+    kind = next((k for t, k in kinds.items() if type(v) is t), None)
+    if kind is None:
+        kind = (
+            "an array"
+            if isinstance(v, list | tuple)
+            else "an object"
+            if isinstance(v, Mapping)
+            else type(v).__name__
+        )
+    text = repr(v)
+    return f"{kind} ({text[:40]}{'...' if len(text) > 40 else ''})"
+
+
+def fingerprint(
+    kind: str,
+    spec: Any,
+    program: str,
+    args: Mapping[str, Any],
+    name: str,
+    limits: Mapping[str, Any],
+    max_consecutive_failures: int,
+) -> str:
+    """Return a stable hash of the definition core; a change in it means refresh the entry."""
+    core = {
+        "kind": kind,
+        "spec": spec,
+        "program": program,
+        "args": args,
+        "name": name,
+        "limits": limits,
+        "maxConsecutiveFailures": max_consecutive_failures,
+    }
+    text = json.dumps(
+        core,
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        default=_jsonable,
+    )
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, Mapping):
+        return dict(v)
+    if isinstance(v, set | frozenset):
+        return sorted(map(repr, v))
+    return repr(v)
+
+
+def parse_record(record: Mapping[str, Any]) -> TriggerDef | Malformed:
+    """Parse a record as the server's query returns it (flat, with `id` and `_v`); never raises."""
+    try:
+        return _parse(record)
+    except _Bad as exc:
+        return Malformed(_record_id(record), str(exc), _version(record))
+    except Exception as exc:  # the last guard: no record may crash the reconcile
+        return Malformed(_record_id(record), f"record could not be read: {exc!r}"[:200], None)
+
+
+def _record_id(record: Any) -> str:
+    try:
+        rid = record.get("id") if isinstance(record, Mapping) else None
+    except Exception:
+        return ""
+    return rid if isinstance(rid, str) else ""
+
+
+def _version(record: Any) -> int | None:
+    try:
+        v = record.get("_v") if isinstance(record, Mapping) else None
+    except Exception:
+        return None
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _parse(record: Mapping[str, Any]) -> TriggerDef:
+    if not isinstance(record, Mapping):
+        raise _Bad(f"record must be an object, not {_show(record)}")
+    rid = record.get("id")
+    if not isinstance(rid, str) or not rid:
+        raise _Bad(f"record id must be a non-empty string, not {_show(rid)}")
+    if record.get("_deleted") is True:
+        raise _Bad("record is deleted (a tombstone)")
+    version = record.get("_v")
+    if version is not None and (not isinstance(version, int) or isinstance(version, bool)):
+        raise _Bad(f"_v must be a whole number, not {_show(version)}")
+
+    kind = record.get("kind")
+    if kind is None:
+        raise _Bad('kind is missing; set it to "cron", "once" or "event"')
+    if not isinstance(kind, str) or kind not in KINDS:
+        shown = f'"{kind}"' if isinstance(kind, str) else _show(kind)
+        raise _Bad(f'kind {shown} is not one of "cron", "once", "event"')
+    program = record.get("program")
+    if program is None:
+        raise _Bad('program is missing; name a program spec such as "agent:remind@v1"')
+    if not isinstance(program, str) or not program.strip():
+        raise _Bad(
+            f'program must be a program spec such as "agent:remind@v1", not {_show(program)}'
+        )
+
+    raw_spec = record.get("spec")
+    if raw_spec is not None and not isinstance(raw_spec, Mapping):
+        raise _Bad(f'spec must be an object such as {{"cron": "0 8 * * *"}}, not {_show(raw_spec)}')
+    spec = _object(record, "spec") or _EMPTY
+    name = _string(record, "name") or rid
+    args = _object(record, "args") or _EMPTY
+    owner = _string(record, "owner") or ""
+    enabled = record.get("enabled", True)
+    if enabled is None:
+        enabled = True
+    if not isinstance(enabled, bool):
+        raise _Bad(f"enabled must be true or false, not {_show(enabled)}")
+    limits = _object(record, "limits") or _EMPTY
+    for key in _LIMIT_KEYS:
+        value = limits.get(key)
+        if value is not None and not _is_number(value):
+            raise _Bad(f"limits.{key} must be a number, not {_show(value)}")
+    max_failures = _count(
+        record, "maxConsecutiveFailures", DEFAULT_MAX_CONSECUTIVE_FAILURES, minimum=1
+    )
+    rollup = Rollup(
+        last_run_at=_finite(record, "lastRunAt"),
+        last_status=_string(record, "lastStatus"),
+        last_duration_ms=_finite(record, "lastDurationMs"),
+        last_fuel=_finite(record, "lastFuel"),
+        last_cost_usd=_finite(record, "lastCostUsd"),
+        run_count=_count(record, "runCount", 0, minimum=0),
+        consecutive_failures=_count(record, "consecutiveFailures", 0, minimum=0),
+        last_run_ref=_string(record, "lastRunRef"),
+    )
+    return TriggerDef(
+        id=rid,
+        name=name,
+        kind=cast(Kind, kind),
+        spec=spec,
+        program=program,
+        args=args,
+        owner=owner,
+        enabled=enabled,
+        limits=limits,
+        max_consecutive_failures=max_failures,
+        rollup=rollup,
+        version=version,
+        fingerprint=fingerprint(kind, dict(spec), program, args, name, limits, max_failures),
+        schedule=_schedule(kind, spec, raw_spec is None),
+    )
+
+
+def _schedule(kind: str, spec: Mapping[str, Any], missing: bool) -> Schedule:
+    if missing:
+        example = {
+            "cron": '{"cron": "0 8 * * *"}',
+            "once": '{"at": 1787000000}',
+            "event": '{"dataset": "chat_messages", "objectId": "<chat id>"}',
+        }[kind]
+        return InvalidSchedule(f"spec is missing; a {kind} trigger needs one like {example}")
+    return compile_schedule(kind, spec)
+
+
+def health_marker(defn: TriggerDef, now: float | None = None) -> str | None:
+    """Return the marker of an enabled trigger that can never fire, or None.
+
+    With `now`, a cron whose last occurrence has passed (a year field in the past) is marked
+    too; without it only the spec itself is judged.
+    """
+    if not defn.enabled:
+        return None
+    schedule = defn.schedule
+    if not schedule.is_valid:
+        return INVALID_SPEC
+    if isinstance(schedule, EventSchedule):
+        return None if schedule.dataset in SUPPORTED_EVENT_DATASETS else UNSUPPORTED_SOURCE
+    if now is not None and defn.kind == "cron" and schedule.next_after(now, now) is None:
+        return INVALID_SPEC
+    return None
+
+
+def marker_reason(defn: TriggerDef, now: float | None = None) -> str | None:
+    """Return a human sentence for the definition's health marker, or None."""
+    marker = health_marker(defn, now)
+    if marker is None:
+        return None
+    schedule = defn.schedule
+    if schedule.error is not None:
+        return schedule.error
+    if isinstance(schedule, EventSchedule):
+        return _unsupported(schedule.dataset)
+    return f'cron "{defn.spec.get("cron")}" has no occurrence after now'
+
+
+def _unsupported(dataset: str) -> str:
+    return f'event dataset "{dataset}" is not supported; only "chat_messages" can fire a trigger'
+
+
+def spec_error(kind: str, spec: Any) -> str | None:
+    """Return why `spec` is unusable for `kind` (for a 400 on PATCH), or None if it is fine."""
+    if kind not in KINDS:
+        return f'kind "{kind}" is not one of "cron", "once", "event"'
+    if not isinstance(spec, Mapping):
+        return f'spec must be an object such as {{"cron": "0 8 * * *"}}, not {_show(spec)}'
+    schedule = compile_schedule(kind, spec)
+    if schedule.error is not None:
+        return schedule.error
+    if isinstance(schedule, EventSchedule) and schedule.dataset not in SUPPORTED_EVENT_DATASETS:
+        return _unsupported(schedule.dataset)
+    return None
+
+
+def once_at(defn: TriggerDef) -> float | None:
+    """Return the `at` of a valid once definition, else None."""
+    return defn.schedule.at if isinstance(defn.schedule, OnceSchedule) else None
