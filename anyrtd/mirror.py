@@ -1,0 +1,545 @@
+"""The SQLite mirror: the only module that speaks SQL.
+
+The daemon keeps everything it must not lose here: the last-seen trigger records,
+each registry entry's state, run summaries with their captured output, the outbox
+of writes still owed to the server, tombstoned ids and small state. Writes come in
+batches, each one `BEGIN IMMEDIATE` transaction, so a crash leaves either all of a
+batch or none of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+from alembic import command
+from alembic.config import Config as AlembicConfig
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import (
+    Boolean,
+    Column,
+    Connection,
+    Engine,
+    Float,
+    Integer,
+    MetaData,
+    Table,
+    Text,
+    create_engine,
+    delete,
+    event,
+    func,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.pool import ConnectionPoolEntry
+
+T = TypeVar("T")
+
+metadata = MetaData()
+
+meta_table = Table(
+    "meta", metadata, Column("key", Text, primary_key=True), Column("value", Text, nullable=False)
+)
+records_table = Table(
+    "trigger_records",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("version", Integer),
+    Column("record", Text, nullable=False),
+    Column("seen_at", Float, nullable=False),
+)
+entries_table = Table(
+    "entries",
+    metadata,
+    Column("trigger_id", Text, primary_key=True),
+    Column("fingerprint", Text, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("enabled", Boolean, nullable=False),
+    Column("armed_at", Float, nullable=False),
+    Column("next_fire", Float),
+    Column("consumed", Boolean, nullable=False),
+    Column("consecutive_failures", Integer, nullable=False),
+    Column("run_count", Integer, nullable=False),
+    Column("marker", Text),
+    Column("claimed_at", Float),
+)
+runs_table = Table(
+    "runs",
+    metadata,
+    Column("run_id", Text, primary_key=True),
+    Column("trigger_id", Text),
+    Column("program", Text, nullable=False),
+    Column("device", Text, nullable=False),
+    Column("scheduled_at", Float),
+    Column("started_at", Float, nullable=False),
+    Column("ended_at", Float),
+    Column("duration_ms", Integer),
+    Column("status", Text, nullable=False),
+    Column("error_type", Text),
+    Column("error", Text),
+    Column("result", Text, nullable=False),
+    Column("output", Text, nullable=False),
+    Column("output_dropped", Integer, nullable=False),
+)
+outbox_table = Table(
+    "outbox",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("dataset", Text, nullable=False),
+    Column("record_id", Text, nullable=False),
+    Column("fields", Text, nullable=False),
+    Column("unset", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("last_error", Text),
+)
+tombstones_table = Table(
+    "tombstones",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("deleted_at", Float, nullable=False),
+)
+
+RUNNING = "running"
+
+
+class SchemaNotAtHead(Exception):
+    """The mirror's schema is older (or newer) than this anyrtd expects."""
+
+
+@dataclass(slots=True)
+class EntryRow:
+    """The persisted state of one registry entry."""
+
+    trigger_id: str
+    fingerprint: str
+    kind: str
+    enabled: bool
+    armed_at: float
+    next_fire: float | None
+    consumed: bool = False
+    consecutive_failures: int = 0
+    run_count: int = 0
+    marker: str | None = None
+    claimed_at: float | None = None
+
+
+@dataclass(slots=True)
+class RunRow:
+    """A run summary as the mirror keeps it, with the captured output."""
+
+    run_id: str
+    trigger_id: str | None
+    program: str
+    device: str
+    scheduled_at: float | None
+    started_at: float
+    status: str = RUNNING
+    ended_at: float | None = None
+    duration_ms: int | None = None
+    error_type: str | None = None
+    error: str | None = None
+    result: Mapping[str, Any] = field(default_factory=dict)
+    output: str = ""
+    output_dropped: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxItem:
+    """One field-level write owed to the server."""
+
+    seq: int
+    dataset: str
+    record_id: str
+    fields: Mapping[str, Any]
+    unset: Sequence[str]
+    attempts: int
+
+
+@dataclass(slots=True)
+class Batch:
+    """Everything one step of the daemon writes, committed as one transaction."""
+
+    records: list[tuple[str, int | None, Mapping[str, Any]]] = field(default_factory=list)
+    forget_records: list[str] = field(default_factory=list)
+    entries: list[EntryRow] = field(default_factory=list)
+    evict: list[str] = field(default_factory=list)
+    tombstones: list[str] = field(default_factory=list)
+    runs: list[RunRow] = field(default_factory=list)
+    outbox: list[tuple[str, str, Mapping[str, Any], Sequence[str]]] = field(default_factory=list)
+    meta: dict[str, str] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return any(
+            (
+                self.records,
+                self.forget_records,
+                self.entries,
+                self.evict,
+                self.tombstones,
+                self.runs,
+                self.outbox,
+                self.meta,
+            )
+        )
+
+    def write(
+        self, dataset: str, record_id: str, fields: Mapping[str, Any], unset: Sequence[str] = ()
+    ) -> None:
+        """Queue a field-level write of a server record in the outbox."""
+        self.outbox.append((dataset, record_id, dict(fields), list(unset)))
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What a restart needs from the mirror before the server answers."""
+
+    records: list[tuple[str, Mapping[str, Any]]]
+    entries: list[EntryRow]
+    tombstones: set[str]
+    meta: dict[str, str]
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def alembic_config(url: str) -> AlembicConfig:
+    """Return an Alembic config for `url` using the migrations shipped in the package."""
+    cfg = AlembicConfig()
+    cfg.set_main_option("script_location", str(resources.files("anyrtd.migrations")))
+    cfg.set_main_option("sqlalchemy.url", url)
+    return cfg
+
+
+class Mirror:
+    """The SQLite mirror of one daemon; use from one thread (the daemon's db executor)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.url = f"sqlite:///{path}"
+        self.engine: Engine = create_engine(self.url)
+        event.listen(self.engine, "connect", _on_connect)
+        event.listen(self.engine, "begin", _on_begin)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # schema
+
+    def revisions(self) -> tuple[str | None, str | None]:
+        """Return (the mirror's current revision, the head this code expects)."""
+        head = ScriptDirectory.from_config(alembic_config(self.url)).get_current_head()
+        with self.engine.connect() as conn:
+            current = MigrationContext.configure(conn).get_current_revision()
+        return current, head
+
+    def upgrade(self) -> None:
+        """Bring the schema to head."""
+        cfg = alembic_config(self.url)
+        with self.engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "head")
+
+    def is_empty(self) -> bool:
+        with self.engine.connect() as conn:
+            n = conn.exec_driver_sql("SELECT count(*) FROM sqlite_master").scalar_one()
+        return int(n) == 0
+
+    def ensure_schema(self, *, create: bool) -> None:
+        """Create a brand-new mirror at head when `create`; refuse a mirror not at head."""
+        if create and self.is_empty():
+            self.upgrade()
+            return
+        current, head = self.revisions()
+        if current != head:
+            raise SchemaNotAtHead(
+                f"the mirror {self.path} is at schema revision {current or 'none'}, "
+                f"this anyrtd needs {head}: run `anyrtd db upgrade` (with the same --state-dir)"
+            )
+
+    # reading
+
+    def snapshot(self) -> Snapshot:
+        with self.engine.connect() as conn:
+            records = [(r.id, json.loads(r.record)) for r in conn.execute(select(records_table))]
+            entries = [_entry(r) for r in conn.execute(select(entries_table))]
+            tombs = {r.id for r in conn.execute(select(tombstones_table.c.id))}
+            meta = {r.key: r.value for r in conn.execute(select(meta_table))}
+        return Snapshot(records, entries, tombs, meta)
+
+    def get_meta(self, key: str) -> str | None:
+        with self.engine.connect() as conn:
+            return conn.execute(
+                select(meta_table.c.value).where(meta_table.c.key == key)
+            ).scalar_one_or_none()
+
+    def open_runs(self) -> list[RunRow]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(runs_table).where(runs_table.c.status == RUNNING))
+            return [_run(r) for r in rows]
+
+    def runs(
+        self, *, trigger_id: str | None = None, status: str | None = None, limit: int = 20
+    ) -> list[RunRow]:
+        """Return the newest runs, optionally of one trigger and/or one status."""
+        q = select(runs_table).order_by(runs_table.c.started_at.desc()).limit(limit)
+        if trigger_id is not None:
+            q = q.where(runs_table.c.trigger_id == trigger_id)
+        if status is not None:
+            q = q.where(runs_table.c.status == status)
+        with self.engine.connect() as conn:
+            return [_run(r) for r in conn.execute(q)]
+
+    def run(self, run_id: str) -> RunRow | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(runs_table).where(runs_table.c.run_id == run_id)).first()
+        return _run(row) if row is not None else None
+
+    def run_counts(self, since: float | None = None) -> dict[str, int]:
+        """Return the number of runs by status (started at or after `since`)."""
+        q = select(runs_table.c.status, func.count()).group_by(runs_table.c.status)
+        if since is not None:
+            q = q.where(runs_table.c.started_at >= since)
+        with self.engine.connect() as conn:
+            return {str(s): int(n) for s, n in conn.execute(q)}
+
+    def outbox_pending(self, limit: int = 500) -> list[OutboxItem]:
+        q = select(outbox_table).order_by(outbox_table.c.seq).limit(limit)
+        with self.engine.connect() as conn:
+            return [
+                OutboxItem(
+                    seq=r.seq,
+                    dataset=r.dataset,
+                    record_id=r.record_id,
+                    fields=json.loads(r.fields),
+                    unset=json.loads(r.unset),
+                    attempts=r.attempts,
+                )
+                for r in conn.execute(q)
+            ]
+
+    def outbox_depth(self) -> int:
+        with self.engine.connect() as conn:
+            return int(conn.execute(select(func.count()).select_from(outbox_table)).scalar_one())
+
+    # writing
+
+    def commit(self, batch: Batch, now: float) -> None:
+        """Write a whole batch in one transaction."""
+        if not batch:
+            return
+        with self.engine.begin() as conn:
+            _write_batch(conn, batch, now)
+
+    def ack_outbox(self, seqs: Iterable[int]) -> None:
+        seqs = list(seqs)
+        with self.engine.begin() as conn:
+            for chunk in _chunks(seqs, 500):
+                conn.execute(delete(outbox_table).where(outbox_table.c.seq.in_(chunk)))
+
+    def fail_outbox(self, seqs: Iterable[int], error: str) -> None:
+        seqs = list(seqs)
+        with self.engine.begin() as conn:
+            for chunk in _chunks(seqs, 500):
+                conn.execute(
+                    update(outbox_table)
+                    .where(outbox_table.c.seq.in_(chunk))
+                    .values(attempts=outbox_table.c.attempts + 1, last_error=error)
+                )
+
+    def prune_runs(self, before: float) -> int:
+        """Delete finished runs that started before `before`; return how many."""
+        with self.engine.begin() as conn:
+            result = conn.execute(
+                delete(runs_table).where(
+                    runs_table.c.started_at < before, runs_table.c.status != RUNNING
+                )
+            )
+        return int(result.rowcount or 0)
+
+
+def _write_batch(conn: Connection, batch: Batch, now: float) -> None:
+    if batch.records:
+        stmt = sqlite_insert(records_table)
+        conn.execute(
+            stmt.on_conflict_do_update(
+                index_elements=["id"],
+                set_={
+                    "version": stmt.excluded.version,
+                    "record": stmt.excluded.record,
+                    "seen_at": stmt.excluded.seen_at,
+                },
+            ),
+            [
+                {"id": i, "version": v, "record": _dumps(r), "seen_at": now}
+                for i, v, r in batch.records
+            ],
+        )
+    for chunk in _chunks(batch.forget_records, 500):
+        conn.execute(delete(records_table).where(records_table.c.id.in_(chunk)))
+    if batch.entries:
+        stmt = sqlite_insert(entries_table)
+        cols = [c.name for c in entries_table.c if c.name != "trigger_id"]
+        conn.execute(
+            stmt.on_conflict_do_update(
+                index_elements=["trigger_id"], set_={c: stmt.excluded[c] for c in cols}
+            ),
+            [_entry_values(e) for e in batch.entries],
+        )
+    for chunk in _chunks(batch.evict, 500):
+        conn.execute(delete(entries_table).where(entries_table.c.trigger_id.in_(chunk)))
+    if batch.tombstones:
+        stmt = sqlite_insert(tombstones_table).on_conflict_do_nothing(index_elements=["id"])
+        conn.execute(stmt, [{"id": i, "deleted_at": now} for i in batch.tombstones])
+    if batch.runs:
+        stmt = sqlite_insert(runs_table)
+        cols = [c.name for c in runs_table.c if c.name != "run_id"]
+        conn.execute(
+            stmt.on_conflict_do_update(
+                index_elements=["run_id"], set_={c: stmt.excluded[c] for c in cols}
+            ),
+            [_run_values(r) for r in batch.runs],
+        )
+    if batch.outbox:
+        conn.execute(
+            insert(outbox_table),
+            [
+                {
+                    "dataset": d,
+                    "record_id": i,
+                    "fields": _dumps(f),
+                    "unset": _dumps(list(u)),
+                    "created_at": now,
+                    "attempts": 0,
+                    "last_error": None,
+                }
+                for d, i, f, u in batch.outbox
+            ],
+        )
+    if batch.meta:
+        stmt = sqlite_insert(meta_table)
+        conn.execute(
+            stmt.on_conflict_do_update(index_elements=["key"], set_={"value": stmt.excluded.value}),
+            [{"key": k, "value": v} for k, v in batch.meta.items()],
+        )
+
+
+def _chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def _entry(r: Any) -> EntryRow:
+    return EntryRow(
+        trigger_id=r.trigger_id,
+        fingerprint=r.fingerprint,
+        kind=r.kind,
+        enabled=bool(r.enabled),
+        armed_at=r.armed_at,
+        next_fire=r.next_fire,
+        consumed=bool(r.consumed),
+        consecutive_failures=r.consecutive_failures,
+        run_count=r.run_count,
+        marker=r.marker,
+        claimed_at=r.claimed_at,
+    )
+
+
+def _entry_values(e: EntryRow) -> dict[str, Any]:
+    return {
+        "trigger_id": e.trigger_id,
+        "fingerprint": e.fingerprint,
+        "kind": e.kind,
+        "enabled": e.enabled,
+        "armed_at": e.armed_at,
+        "next_fire": e.next_fire,
+        "consumed": e.consumed,
+        "consecutive_failures": e.consecutive_failures,
+        "run_count": e.run_count,
+        "marker": e.marker,
+        "claimed_at": e.claimed_at,
+    }
+
+
+def _run(r: Any) -> RunRow:
+    return RunRow(
+        run_id=r.run_id,
+        trigger_id=r.trigger_id,
+        program=r.program,
+        device=r.device,
+        scheduled_at=r.scheduled_at,
+        started_at=r.started_at,
+        status=r.status,
+        ended_at=r.ended_at,
+        duration_ms=r.duration_ms,
+        error_type=r.error_type,
+        error=r.error,
+        result=json.loads(r.result),
+        output=r.output,
+        output_dropped=r.output_dropped,
+    )
+
+
+def _run_values(r: RunRow) -> dict[str, Any]:
+    return {
+        "run_id": r.run_id,
+        "trigger_id": r.trigger_id,
+        "program": r.program,
+        "device": r.device,
+        "scheduled_at": r.scheduled_at,
+        "started_at": r.started_at,
+        "ended_at": r.ended_at,
+        "duration_ms": r.duration_ms,
+        "status": r.status,
+        "error_type": r.error_type,
+        "error": r.error,
+        "result": _dumps(dict(r.result)),
+        "output": r.output,
+        "output_dropped": r.output_dropped,
+    }
+
+
+def _on_connect(dbapi_conn: sqlite3.Connection, record: ConnectionPoolEntry) -> None:
+    # Let SQLAlchemy's "begin" event issue BEGIN IMMEDIATE instead of pysqlite's deferred BEGIN,
+    # so a writer takes the lock up front and never fails half-way on SQLITE_BUSY.
+    dbapi_conn.isolation_level = None
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=FULL")
+    cur.execute("PRAGMA busy_timeout=5000")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.close()
+
+
+def _on_begin(conn: Connection) -> None:
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+class AsyncMirror:
+    """The mirror behind one worker thread: one writer, and never a blocking call on the loop."""
+
+    def __init__(self, mirror: Mirror) -> None:
+        self.mirror = mirror
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="anyrtd-db")
+
+    async def call(self, fn: Callable[[Mirror], T]) -> T:
+        """Run `fn(mirror)` on the mirror's thread and return its result."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, fn, self.mirror)
+
+    async def close(self) -> None:
+        await self.call(Mirror.close)
+        self._pool.shutdown(wait=True)

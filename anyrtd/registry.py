@@ -1,0 +1,123 @@
+"""The in-memory registry: adopted entries and the heap of their next fire times."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from anyrtd.mirror import EntryRow
+from anyrtd.model import TriggerDef, health_marker
+from anyrtd.schedule import once_due
+
+
+@dataclass(slots=True)
+class Entry:
+    """One adopted trigger: its definition, its persisted state and what runs now."""
+
+    defn: TriggerDef
+    row: EntryRow
+    running: int = 0
+
+    @property
+    def id(self) -> str:
+        return self.defn.id
+
+    @property
+    def confirmed(self) -> bool:
+        return self.row.claimed_at is None
+
+
+def new_row(defn: TriggerDef, now: float, *, claimed: bool) -> EntryRow:
+    """Return the state of a freshly adopted (or rebuilt) entry."""
+    return EntryRow(
+        trigger_id=defn.id,
+        fingerprint=defn.fingerprint,
+        kind=defn.kind,
+        enabled=defn.enabled,
+        armed_at=now,
+        next_fire=None,
+        consumed=defn.kind == "once" and defn.rollup.last_run_at is not None,
+        consecutive_failures=defn.rollup.consecutive_failures,
+        run_count=defn.rollup.run_count,
+        marker=health_marker(defn),
+        claimed_at=now if claimed else None,
+    )
+
+
+def next_fire(entry: Entry, after: float) -> float | None:
+    """Return when `entry` fires next, strictly forward of `after` for recurring kinds."""
+    defn, row = entry.defn, entry.row
+    if not row.enabled or not entry.confirmed or row.marker is not None:
+        return None
+    if defn.kind == "cron":
+        return defn.schedule.next_after(after, row.armed_at)
+    if defn.kind == "once":
+        if row.consumed:
+            return None
+        return once_due(_number(defn.spec.get("at")), defn.rollup.last_run_at)
+    return None
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+@dataclass
+class Registry:
+    """Entries by trigger id, and a heap of (due, tiebreak, id) for the timer."""
+
+    entries: dict[str, Entry] = field(default_factory=dict)
+    _heap: list[tuple[float, int, str]] = field(default_factory=list)
+    _counter: Iterator[int] = field(default_factory=itertools.count)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __contains__(self, trigger_id: object) -> bool:
+        return trigger_id in self.entries
+
+    def get(self, trigger_id: str) -> Entry | None:
+        return self.entries.get(trigger_id)
+
+    def put(self, entry: Entry) -> None:
+        self.entries[entry.id] = entry
+        self.schedule(entry)
+
+    def remove(self, trigger_id: str) -> Entry | None:
+        # The heap keeps a stale item; `pop_due` drops it because the entry is gone.
+        return self.entries.pop(trigger_id, None)
+
+    def arm(self, entry: Entry, after: float) -> None:
+        """Compute the entry's next fire strictly forward of `after` and schedule it."""
+        entry.row.next_fire = next_fire(entry, after)
+        self.schedule(entry)
+
+    def schedule(self, entry: Entry) -> None:
+        if entry.row.next_fire is not None:
+            heapq.heappush(self._heap, (entry.row.next_fire, next(self._counter), entry.id))
+
+    def next_due(self) -> float | None:
+        """Return the earliest due time in the heap (dropping stale items on the way)."""
+        while self._heap:
+            due, _, tid = self._heap[0]
+            entry = self.entries.get(tid)
+            if entry is not None and entry.row.next_fire == due:
+                return due
+            heapq.heappop(self._heap)
+        return None
+
+    def pop_due(self, now: float) -> list[tuple[Entry, float]]:
+        """Remove and return every (entry, due time) whose due time is at or before `now`."""
+        out: list[tuple[Entry, float]] = []
+        seen: set[str] = set()
+        while self._heap and self._heap[0][0] <= now:
+            due, _, tid = heapq.heappop(self._heap)
+            entry = self.entries.get(tid)
+            if entry is not None and entry.row.next_fire == due and tid not in seen:
+                seen.add(tid)
+                out.append((entry, due))
+        return out
