@@ -96,9 +96,7 @@ class ServerClient:
         timeout: float = 10.0,
     ) -> None:
         self.base_url = base_url.rstrip("/")
-        self._http = httpx.AsyncClient(
-            base_url=self.base_url, transport=transport, timeout=timeout
-        )
+        self._http = httpx.AsyncClient(base_url=self.base_url, transport=transport, timeout=timeout)
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -116,7 +114,7 @@ class ServerClient:
         body: Any = None,
         *,
         params: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - a per-request httpx timeout
     ) -> Any:
         try:
             resp = await self._http.request(
@@ -153,8 +151,14 @@ class ServerClient:
         return list(body["types"])
 
     async def ensure_type(
-        self, space: str, key: str, *, name: str | None = None, hidden: bool = True,
-        id_rule: str = "user", dynamic: bool = True,
+        self,
+        space: str,
+        key: str,
+        *,
+        name: str | None = None,
+        hidden: bool = True,
+        id_rule: str = "user",
+        dynamic: bool = True,
     ) -> str:
         """Return the id of the type `key`, creating it (idempotently) when missing."""
         for t in await self.types(space, include_hidden=True):
@@ -163,8 +167,13 @@ class ServerClient:
         body = await self._call(
             "POST",
             f"/v1/spaces/{quote(space, safe='')}/types",
-            {"key": key, "name": name or key, "hidden": hidden, "idRule": id_rule,
-             "dynamic": dynamic},
+            {
+                "key": key,
+                "name": name or key,
+                "hidden": hidden,
+                "idRule": id_rule,
+                "dynamic": dynamic,
+            },
         )
         return str(body["id"])
 
@@ -193,8 +202,11 @@ class ServerClient:
             return {}
         if all(not w.unset and w.if_version is None for w in writes):
             records: list[dict[str, Any]] = [{"id": w.id, "fields": dict(w.fields)} for w in writes]
-            body = await self._call("POST", self._space_path(where, "upsert"),
-                                    {**self._where(where), "records": records})
+            body = await self._call(
+                "POST",
+                self._space_path(where, "upsert"),
+                {**self._where(where), "records": records},
+            )
         else:
             mods = []
             for w in writes:
@@ -206,8 +218,9 @@ class ServerClient:
                 if w.if_version is not None:
                     rec["ifVersion"] = w.if_version
                 mods.append(rec)
-            body = await self._call("POST", self._space_path(where, "modify"),
-                                    {**self._where(where), "records": mods})
+            body = await self._call(
+                "POST", self._space_path(where, "modify"), {**self._where(where), "records": mods}
+            )
         return {str(r["id"]): int(r["version"]) for r in body["records"]}
 
     async def replace(self, where: Dataset, record_id: str, value: Mapping[str, Any]) -> int:
@@ -215,8 +228,16 @@ class ServerClient:
         body = await self._call(
             "POST",
             self._space_path(where, "modify"),
-            {**self._where(where), "records": [{"id": record_id, "upsert": True, "ops": [
-                {"type": "$set", "path": "", "value": dict(value)}]}]},
+            {
+                **self._where(where),
+                "records": [
+                    {
+                        "id": record_id,
+                        "upsert": True,
+                        "ops": [{"type": "$set", "path": "", "value": dict(value)}],
+                    }
+                ],
+            },
         )
         return int(body["records"][0]["version"])
 
@@ -260,7 +281,11 @@ class ServerClient:
         after: str | None = None
         while True:
             page, after = await self.query(
-                where, filter=filter, sort=sort, limit=page_size, after=after,
+                where,
+                filter=filter,
+                sort=sort,
+                limit=page_size,
+                after=after,
                 include_deleted=include_deleted,
             )
             out.extend(page)
@@ -268,8 +293,9 @@ class ServerClient:
                 return out
 
     async def delete(self, where: Dataset, ids: Sequence[str]) -> list[str]:
-        body = await self._call("POST", self._space_path(where, "delete"),
-                                {**self._where(where), "ids": list(ids)})
+        body = await self._call(
+            "POST", self._space_path(where, "delete"), {**self._where(where), "ids": list(ids)}
+        )
         return [str(i) for i in body["deleted"]]
 
     async def changes(self, space: str, since: int, wait: float = 0.0) -> ChangePage | None:

@@ -1,0 +1,802 @@
+"""The daemon: wires the client, the mirror, the reconcile, the registry and the runner,
+and owns the loops (tick, timer, change feed, outbox).
+
+Each loop step is a method a test can call once: `tick()`, `fire_due(now)`,
+`drain_outbox()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from anyrtd import __version__
+from anyrtd.client import Change, Dataset, ServerClient, ServerError, ServerUnavailable
+from anyrtd.clock import Clock, SystemClock
+from anyrtd.config import Config
+from anyrtd.election import AlwaysActive, Gate
+from anyrtd.metrics import Stats
+from anyrtd.mirror import RUNNING, AsyncMirror, Batch, Mirror, RunRow
+from anyrtd.model import TriggerDef, health_marker
+from anyrtd.outbox import RUNS, TRIGGERS, drain
+from anyrtd.reconcile import (
+    Adopt,
+    Confirm,
+    Context,
+    EntryView,
+    Evict,
+    Mark,
+    Refresh,
+    Skip,
+    Toggle,
+    Track,
+    reconcile,
+)
+from anyrtd.records import RecordCache
+from anyrtd.registry import Entry, Registry, new_row
+from anyrtd.runner import Runner, RunOutcome, RunRequest
+
+log = logging.getLogger("anyrtd.daemon")
+
+BUNDLE = "bao/v1"
+TRIGGERS_SEED = "bao/triggers/v1"
+RUNS_SEED = "bao/runs/v1"
+TRIGGER_TYPE_KEY = "agent_trigger"
+FEED_WAIT_S = 25.0
+
+STATUS_OF_RUN = {"ok": "ok", "FAILED": "error", "incomplete": "error", "interrupted": "interrupted"}
+
+
+@dataclass(frozen=True)
+class Places:
+    """Where this agent's records live on the server, resolved by seed."""
+
+    space: str
+    type_id: str
+    triggers: Dataset
+    runs: Dataset
+
+    def matches_triggers(self, change: Change) -> bool:
+        return change.object_id == self.triggers.object_id and change.dataset in (
+            "agent_triggers",
+            self.triggers.name,
+        )
+
+    def to_meta(self) -> dict[str, str]:
+        return {
+            "space": self.space,
+            "type_id": self.type_id,
+            "triggers_object": self.triggers.object_id,
+            "runs_object": self.runs.object_id,
+        }
+
+    @classmethod
+    def from_meta(cls, meta: Mapping[str, str]) -> Places | None:
+        try:
+            space, type_id = meta["space"], meta["type_id"]
+            return cls(
+                space,
+                type_id,
+                Dataset(space, meta["triggers_object"], f"{type_id}_agent_triggers"),
+                Dataset(space, meta["runs_object"], f"{type_id}_agent_runs"),
+            )
+        except KeyError:
+            return None
+
+
+def new_run_id() -> str:
+    """Return a fresh run id."""
+    return uuid.uuid4().hex
+
+
+class Daemon:
+    """One device's scheduler."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        clock: Clock | None = None,
+        client: ServerClient | None = None,
+        gate: Gate | None = None,
+        runner: Runner | None = None,
+        confirm_after: float | None = None,
+    ) -> None:
+        self.config = config
+        self.clock: Clock = clock or SystemClock()
+        self.client = client or ServerClient(config.server)
+        self.gate: Gate = gate or AlwaysActive()
+        self.runner = runner or Runner(
+            client=self.client,
+            clock=self.clock,
+            agent_name=config.agent_name,
+            space=config.space,
+            commands=config.programs,
+            timeout_s=config.run_timeout_s,
+        )
+        self.confirm_after = config.tick_s if confirm_after is None else confirm_after
+        self.records = RecordCache()
+        self.registry = Registry()
+        self.stats = Stats()
+        self.places: Places | None = None
+        self.peer_id: str | None = None
+        self.db: AsyncMirror | None = None
+        self.feed_available = True
+        self.last_tick_at: float | None = None
+        self.last_tick_mono: float | None = None
+        self.reconciled = asyncio.Event()
+        self._batch = Batch()
+        self._dirty: set[str] = set()
+        self._unconfirmed: set[str] = set()
+        self._tombstones: set[str] = set()
+        self._malformed_logged: dict[str, int | None] = {}
+        self._cursor: int | None = None
+        self._feed_buffer: list[Change] = []
+        self._last_full: float | None = None
+        self._last_verdict: str | None = None
+        self._wake = asyncio.Event()
+        self._rearm = asyncio.Event()
+        self._outbox_kick = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._runs: set[asyncio.Task[None]] = set()
+        self._stopping = False
+        self._started_mono = time.monotonic()
+        self.listeners: list[Callable[[], None]] = []
+        self.outbox_depth = 0
+        self.runs_today = 0
+
+    # start and stop
+
+    async def open(self) -> None:
+        """Open the mirror, close runs a crash left open, and restore the registry from it."""
+        mirror = Mirror(self.config.mirror_path)
+        self.db = AsyncMirror(mirror)
+        await self.db.call(lambda m: m.ensure_schema(create=True))
+        snap = await self.db.call(Mirror.snapshot)
+        now = self.clock.now()
+        self.peer_id = snap.meta.get("peer_id")
+        self.places = Places.from_meta(snap.meta)
+        cursor = snap.meta.get("cursor")
+        self._cursor = int(cursor) if cursor is not None else None
+        self._tombstones = set(snap.tombstones)
+        for _, raw in snap.records:
+            self.records.put(raw)
+        for item in await self.db.call(lambda m: m.outbox_pending(1_000_000)):
+            if item.dataset == TRIGGERS:
+                self.records.write(item.record_id, item.fields, item.unset)
+        await self._close_interrupted_runs(now)
+        for row in snap.entries:
+            defn = self.records.parsed.get(row.trigger_id)
+            if not isinstance(defn, TriggerDef):
+                self._batch.evict.append(row.trigger_id)
+                continue
+            entry = Entry(defn, row)
+            if row.claimed_at is not None:
+                self._unconfirmed.add(entry.id)
+            if defn.kind == "cron" and (row.next_fire is None or row.next_fire <= now):
+                # A missed occurrence does not exist: re-arm strictly forward, no burst.
+                self.registry.put(entry)
+                self.registry.arm(entry, now)
+            elif defn.kind == "once" and not row.consumed:
+                self.registry.put(entry)
+                self.registry.arm(entry, now)
+            else:
+                self.registry.put(entry)
+        await self._commit(now)
+        log.info(
+            "mirror %s opened: %d records, %d entries restored, peer %s",
+            self.config.mirror_path,
+            len(self.records),
+            len(self.registry),
+            self.peer_id or "(unknown yet)",
+        )
+
+    async def _close_interrupted_runs(self, now: float) -> None:
+        for row in await self.db_call(Mirror.open_runs):
+            outcome = RunOutcome(
+                status="interrupted",
+                error_type=None,
+                error="the daemon stopped while the run was in flight",
+                started_at=row.started_at,
+                ended_at=now,
+                duration_ms=int(max(0.0, now - row.started_at) * 1000),
+                result={},
+                output=row.output,
+                output_dropped=row.output_dropped,
+            )
+            log.warning(
+                "run %s of %s was left running by a crash: closed as interrupted",
+                row.run_id,
+                row.trigger_id,
+                extra={"trigger": row.trigger_id, "run": row.run_id},
+            )
+            self._record_outcome(row, outcome, entry=None)
+
+    async def start(self) -> None:
+        """Open, run the first reconcile, and start the loops."""
+        if self.db is None:
+            await self.open()
+        await self.tick()
+        self._tasks = [
+            asyncio.create_task(self._loop(self._tick_loop), name="anyrtd-tick"),
+            asyncio.create_task(self._loop(self._timer_loop), name="anyrtd-timer"),
+            asyncio.create_task(self._loop(self._feed_loop), name="anyrtd-feed"),
+            asyncio.create_task(self._loop(self._outbox_loop), name="anyrtd-outbox"),
+        ]
+
+    async def stop(self) -> None:
+        """Stop firing, let in-flight runs finish within the grace period, then interrupt them."""
+        self._stopping = True
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        if self._runs:
+            log.info("waiting up to %.1fs for %d runs", self.config.grace_s, len(self._runs))
+            _, pending = await asyncio.wait(set(self._runs), timeout=self.config.grace_s)
+            if pending:
+                log.warning("interrupting %d runs still in flight", len(pending))
+                await self.runner.interrupt_all()
+                await asyncio.wait(pending, timeout=10.0)
+        await self._commit(self.clock.now())
+        if self.places is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.drain_outbox(), timeout=5.0)
+        if self.db is not None:
+            await self.db.close()
+            self.db = None
+        await self.client.aclose()
+
+    async def _loop(self, body: Callable[[], Awaitable[None]]) -> None:
+        while not self._stopping:
+            try:
+                await body()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.stats.last_error = f"{exc.__class__.__name__}: {exc}"
+                log.exception("loop %s failed; retrying", body.__name__)
+                await asyncio.sleep(1.0)
+
+    async def db_call(self, fn: Callable[[Mirror], Any]) -> Any:
+        assert self.db is not None, "the mirror is not open"
+        return await self.db.call(fn)
+
+    def apply_config(self, new: Config) -> None:
+        """Take the reloadable part of a new configuration; say what needs a restart."""
+        fixed = ("server", "space", "agent_name", "listen", "state_dir", "token_file")
+        changed = [k for k in fixed if getattr(new, k) != getattr(self.config, k)]
+        if changed:
+            log.warning("reload: %s changed; restart anyrtd to apply", ", ".join(changed))
+        self.config = replace(new, **{k: getattr(self.config, k) for k in fixed})
+        self.runner.configure(commands=new.programs, timeout_s=new.run_timeout_s)
+
+    async def refresh_summary(self) -> None:
+        """Read the outbox depth and today's run count from the mirror, for the status line."""
+        now = self.clock.now()
+        self.outbox_depth = await self.db_call(Mirror.outbox_depth)
+        counts = await self.db_call(lambda m: m.run_counts(since=now - now % 86400))
+        self.runs_today = sum(counts.values())
+
+    # the tick
+
+    async def tick(self) -> None:
+        """Sync the records, reconcile the registry on them, and persist what changed."""
+        started = time.perf_counter()
+        now = self.clock.now()
+        if self.places is None or self.peer_id is None or self._last_full is None:
+            await self._try_resolve(now)
+        if self.places is not None:
+            await self._sync(now)
+        verdict = self.gate.verdict
+        ids: Iterable[str]
+        if verdict != self._last_verdict:
+            self._last_verdict = verdict
+            ids = set(self.records.ids()) | set(self.registry.entries)
+            self._dirty.clear()
+        else:
+            ids = self._dirty | self._unconfirmed
+            self._dirty = set()
+        if self.peer_id is not None:
+            self._reconcile(ids, now, verdict)
+        await self._commit(now)
+        self._rearm.set()
+        self._outbox_kick.set()
+        self.stats.ticks += 1
+        self.last_tick_at = now
+        self.last_tick_mono = self.clock.monotonic()
+        self.stats.tick_duration.observe(time.perf_counter() - started)
+        self.reconciled.set()
+        for listener in self.listeners:
+            listener()
+
+    async def _try_resolve(self, now: float) -> None:
+        try:
+            places, peer = await self._resolve()
+        except (ServerUnavailable, ServerError) as exc:
+            if self.places is None or self.peer_id is None:
+                self.stats.last_error = f"server: {exc}"
+                log.warning("the server is not answering (%s); running from the mirror", exc)
+            return
+        if peer != self.peer_id:
+            log.info("this device's peer id is %s", peer)
+        self.places, self.peer_id = places, peer
+        self._batch.meta.update({**places.to_meta(), "peer_id": peer})
+
+    async def _resolve(self) -> tuple[Places, str]:
+        space = self.config.space
+        type_id = await self.client.ensure_type(
+            space, TRIGGER_TYPE_KEY, name="Agent trigger", hidden=True, id_rule="user", dynamic=True
+        )
+        triggers = await self.client.child(space, BUNDLE, TRIGGERS_SEED, type_id)
+        runs = await self.client.child(space, BUNDLE, RUNS_SEED, type_id)
+        devices = await self.client.devices()
+        peer = devices.self_id if devices is not None and devices.self_id else None
+        if peer is None:
+            peer = self.peer_id if self.peer_id and _is_stamp(self.peer_id) else None
+        if peer is None:
+            peer = f"anyrt-{os.getpid()}"
+        places = Places(
+            space,
+            type_id,
+            Dataset(space, triggers, f"{type_id}_agent_triggers"),
+            Dataset(space, runs, f"{type_id}_agent_runs"),
+        )
+        return places, peer
+
+    async def _sync(self, now: float) -> None:
+        assert self.places is not None
+        full_due = (
+            self._last_full is None
+            or not self.feed_available
+            or now - self._last_full >= self.config.full_resync_s
+        )
+        try:
+            if full_due:
+                await self._full_read(now)
+        except (ServerUnavailable, ServerError) as exc:
+            self.stats.last_error = f"server: {exc}"
+            log.debug("full read failed: %s", exc)
+        buffered, self._feed_buffer = self._feed_buffer, []
+        for change in buffered:
+            self._apply_change(change)
+
+    async def _full_read(self, now: float) -> None:
+        assert self.places is not None
+        if self._cursor is None and self.feed_available:
+            # Follow the feed from here on; what the full read below returns covers the rest.
+            page = await self.client.changes(self.places.space, since=2**53, wait=0)
+            if page is None:
+                self._feature_feed_missing()
+            else:
+                self._cursor = page.seq
+                self._batch.meta["cursor"] = str(page.seq)
+        records = await self.client.query_all(self.places.triggers, include_deleted=True)
+        seen: set[str] = set()
+        for record in records:
+            rid = str(record.get("id", ""))
+            seen.add(rid)
+            if record.get("_deleted"):
+                self._forget(rid)
+            else:
+                self._remember(record)
+        for rid in [r for r in self.records.ids() if r not in seen]:
+            self._forget(rid)
+        self._last_full = now
+
+    def _feature_feed_missing(self) -> None:
+        if self.feed_available:
+            log.info("the server has no change feed: full queries every tick")
+        self.feed_available = False
+
+    def _remember(self, record: Mapping[str, Any]) -> None:
+        rid = self.records.put(record)
+        if rid is not None:
+            self._dirty.add(rid)
+            self._batch.records.append((rid, self.records.version(rid), dict(record)))
+
+    def _forget(self, rid: str) -> None:
+        if rid not in self._tombstones:
+            self._tombstones.add(rid)
+            self._batch.tombstones.append(rid)
+        if self.records.drop(rid):
+            self._batch.forget_records.append(rid)
+        self._dirty.add(rid)
+
+    def _apply_change(self, change: Change) -> None:
+        if change.op == "delete":
+            self._forget(change.id)
+        elif change.record is not None:
+            self._remember({"id": change.id, **change.record})
+
+    # reconcile and apply
+
+    def _reconcile(self, ids: Iterable[str], now: float, verdict: str) -> None:
+        assert self.peer_id is not None
+        views = {
+            rid: EntryView(e.row.fingerprint, e.row.enabled, e.row.marker, e.row.claimed_at)
+            for rid in ids
+            if (e := self.registry.get(rid)) is not None
+        }
+        ctx = Context(
+            peer_id=self.peer_id,
+            active=verdict == "active",
+            now=now,
+            confirm_after=self.confirm_after,
+        )
+        plan = reconcile(ids, self.records.parsed, views, ctx, self.records.pending_owner())
+        for action in plan:
+            self._apply(action, now)
+
+    def _apply(self, action: object, now: float) -> None:
+        match action:
+            case Adopt(defn=defn, claim=claim):
+                self._adopt(defn, claim, now)
+            case Confirm(defn=defn):
+                entry = self.registry.get(defn.id)
+                if entry is not None:
+                    entry.row.claimed_at = None
+                    entry.defn = defn
+                    self._unconfirmed.discard(defn.id)
+                    self.registry.arm(entry, now)
+                    self._save(entry)
+                    log.info("claim of %s confirmed", defn.id, extra={"trigger": defn.id})
+            case Refresh(defn=defn):
+                old = self.registry.get(defn.id)
+                entry = Entry(defn, new_row(defn, now, claimed=False), old.running if old else 0)
+                self.registry.put(entry)
+                self.registry.arm(entry, now)
+                self._save(entry)
+                log.info("refreshed %s: definition changed", defn.id, extra={"trigger": defn.id})
+            case Toggle(defn=defn, enabled=enabled):
+                self._toggle(defn, enabled, now)
+            case Track(defn=defn):
+                entry = self.registry.get(defn.id)
+                if entry is not None:
+                    entry.defn = defn
+            case Evict(id=rid, reason=reason):
+                if self.registry.remove(rid) is not None:
+                    self._batch.evict.append(rid)
+                    self._unconfirmed.discard(rid)
+                    log.info("evicted %s: %s", rid, reason, extra={"trigger": rid})
+            case Mark(id=rid, marker=marker):
+                if marker is None:
+                    self.write_trigger(rid, {}, unset=["lastStatus"])
+                    log.info("health marker of %s cleared", rid, extra={"trigger": rid})
+                else:
+                    self.write_trigger(rid, {"lastStatus": marker})
+                    log.warning("%s can never fire: %s", rid, marker, extra={"trigger": rid})
+            case Skip(id=rid, reason=reason, version=version):
+                if self._malformed_logged.get(rid, -1) != version:
+                    self._malformed_logged[rid] = version
+                    self.stats.malformed_skips += 1
+                    log.warning(
+                        "skipped malformed record %s (version %s): %s",
+                        rid,
+                        version,
+                        reason,
+                        extra={"trigger": rid},
+                    )
+
+    def _adopt(self, defn: TriggerDef, claim: bool, now: float) -> None:
+        existing = self.registry.get(defn.id)
+        if existing is not None:
+            # Reassigned while in our registry: stamp it again and wait for the confirmation.
+            existing.defn = defn
+            existing.row.claimed_at = now if claim else None
+            self.registry.arm(existing, now)
+            entry = existing
+        else:
+            entry = Entry(defn, new_row(defn, now, claimed=claim))
+            self.registry.put(entry)
+            self.registry.arm(entry, now)
+        if claim:
+            assert self.peer_id is not None
+            self._unconfirmed.add(defn.id)
+            self.write_trigger(defn.id, {"owner": self.peer_id})
+            log.info("claimed %s", defn.id, extra={"trigger": defn.id})
+        else:
+            log.info("adopted %s (%s)", defn.id, defn.kind, extra={"trigger": defn.id})
+        self._save(entry)
+
+    def _toggle(self, defn: TriggerDef, enabled: bool, now: float) -> None:
+        entry = self.registry.get(defn.id)
+        if entry is None:
+            return
+        entry.defn = defn
+        entry.row.enabled = enabled
+        entry.row.marker = health_marker(defn)
+        if enabled:
+            entry.row.consecutive_failures = 0
+            entry.row.armed_at = now
+            unset = ["lastStatus"] if defn.rollup.last_status == "auto_disabled" else []
+            if defn.rollup.consecutive_failures or unset:
+                self.write_trigger(defn.id, {"consecutiveFailures": 0}, unset=unset)
+        self.registry.arm(entry, now)
+        self._save(entry)
+        log.info("%s %s", "enabled" if enabled else "disabled", defn.id, extra={"trigger": defn.id})
+
+    def _save(self, entry: Entry) -> None:
+        self._batch.entries.append(entry.row)
+
+    def write_trigger(self, rid: str, fields: Mapping[str, Any], unset: Iterable[str] = ()) -> None:
+        """Queue a field-level write of a trigger record and lay it over the cache."""
+        unset = list(unset)
+        self._batch.write(TRIGGERS, rid, fields, unset)
+        self.records.write(rid, fields, unset)
+
+    async def _commit(self, now: float) -> None:
+        batch, self._batch = self._batch, Batch()
+        if batch and self.db is not None:
+            await self.db.call(lambda m: m.commit(batch, now))
+            if batch.outbox:
+                self._outbox_kick.set()
+
+    # firing
+
+    async def fire_due(self, now: float) -> list[str]:
+        """Fire every entry due at or before `now`; return the run ids started."""
+        due = self.registry.pop_due(now)
+        if not due:
+            return []
+        starts = [s for entry, at in due if (s := self._prepare(entry, at, now)) is not None]
+        await self._commit(now)
+        for entry, row, args in starts:
+            self._spawn(entry, row, args)
+        return [row.run_id for _, row, _ in starts]
+
+    async def run_now(self, trigger_id: str) -> str | None:
+        """Run a registry entry now, outside its schedule; return the run id."""
+        entry = self.registry.get(trigger_id)
+        if entry is None:
+            return None
+        now = self.clock.now()
+        start = self._prepare(entry, None, now)
+        if start is None:
+            return None
+        await self._commit(now)
+        self._spawn(*start)
+        return start[1].run_id
+
+    def _prepare(
+        self, entry: Entry, due: float | None, now: float
+    ) -> tuple[Entry, RunRow, dict[str, Any]] | None:
+        defn = entry.defn
+        assert self.peer_id is not None
+        if due is not None:
+            if self.gate.verdict == "pruned":
+                log.info(
+                    "not firing %s: this device is pruned", defn.id, extra={"trigger": defn.id}
+                )
+                entry.row.next_fire = None
+                return None
+            if defn.kind == "cron":
+                self.registry.arm(entry, max(now, due))
+                self._save(entry)
+                if entry.running:
+                    self.stats.overlap_skips += 1
+                    log.info(
+                        "skipped %s at %.3f: the previous run is still running",
+                        defn.id,
+                        due,
+                        extra={"trigger": defn.id},
+                    )
+                    return None
+            elif defn.kind == "once":
+                # Consumed durably before the program starts: a crash never fires it twice.
+                entry.row.consumed = True
+                entry.row.enabled = False
+                entry.row.next_fire = None
+                self._save(entry)
+                self.write_trigger(defn.id, {"enabled": False, "lastRunAt": now})
+            self.stats.fire_lag.observe(max(0.0, now - due))
+        self.stats.fires += 1
+        row = RunRow(
+            run_id=new_run_id(),
+            trigger_id=defn.id,
+            program=defn.program,
+            device=self.peer_id,
+            scheduled_at=due,
+            started_at=now,
+        )
+        self._batch.runs.append(row)
+        log.info(
+            "firing %s (%s)%s",
+            defn.id,
+            defn.program,
+            "" if due is not None else " by hand",
+            extra={"trigger": defn.id, "run": row.run_id},
+        )
+        return entry, row, dict(defn.args)
+
+    def _spawn(self, entry: Entry, row: RunRow, args: dict[str, Any]) -> None:
+        entry.running += 1
+        task = asyncio.create_task(self._run(entry, row, args), name=f"run-{row.run_id}")
+        self._runs.add(task)
+        task.add_done_callback(self._runs.discard)
+
+    async def _run(self, entry: Entry, row: RunRow, args: dict[str, Any]) -> None:
+        request = RunRequest(
+            run_id=row.run_id,
+            trigger_id=row.trigger_id,
+            program=row.program,
+            args=args,
+            scheduled_at=row.scheduled_at,
+            device=row.device,
+        )
+        try:
+            outcome = await self.runner.run(request)
+        finally:
+            entry.running -= 1
+        self._record_outcome(row, outcome, entry=self.registry.get(entry.id))
+        await self._commit(self.clock.now())
+        log.info(
+            "run %s of %s ended %s%s",
+            row.run_id,
+            row.trigger_id,
+            outcome.status,
+            f" ({outcome.error_type}: {outcome.error})" if outcome.error_type else "",
+            extra={"trigger": row.trigger_id, "run": row.run_id},
+        )
+
+    def _record_outcome(self, row: RunRow, outcome: RunOutcome, entry: Entry | None) -> None:
+        """Close a run: its summary in the mirror, its record and the rollup in the outbox."""
+        row.status = outcome.status
+        row.ended_at = outcome.ended_at
+        row.duration_ms = outcome.duration_ms
+        row.error_type = outcome.error_type
+        row.error = outcome.error
+        row.result = dict(outcome.result)
+        row.output = outcome.output
+        row.output_dropped = outcome.output_dropped
+        self._batch.runs.append(row)
+        self._batch.write(RUNS, row.run_id, run_record(row))
+        self.stats.runs_finished[outcome.status] += 1
+        if row.trigger_id is None:
+            return
+        defn = entry.defn if entry is not None else None
+        parsed = self.records.parsed.get(row.trigger_id)
+        if defn is None and isinstance(parsed, TriggerDef):
+            defn = parsed
+        failures = entry.row.consecutive_failures if entry else 0
+        if defn is not None and entry is None:
+            failures = defn.rollup.consecutive_failures
+        if outcome.status == "ok":
+            failures = 0
+        elif outcome.status in ("FAILED", "incomplete"):
+            failures += 1
+        run_count = (entry.row.run_count if entry else defn.rollup.run_count if defn else 0) + 1
+        fields: dict[str, Any] = {
+            "lastRunAt": row.started_at,
+            "lastStatus": STATUS_OF_RUN[outcome.status],
+            "lastDurationMs": outcome.duration_ms,
+            "lastFuel": outcome.result.get("fuel"),
+            "lastCostUsd": outcome.result.get("costUsd"),
+            "runCount": run_count,
+            "consecutiveFailures": failures,
+            "lastRunRef": row.run_id,
+        }
+        limit = defn.max_consecutive_failures if defn is not None else 0
+        if entry is not None:
+            entry.row.consecutive_failures = failures
+            entry.row.run_count = run_count
+            if limit and failures >= limit and entry.row.enabled:
+                fields["enabled"] = False
+                fields["lastStatus"] = "auto_disabled"
+                entry.row.enabled = False
+                entry.row.next_fire = None
+                log.warning(
+                    "%s auto-disabled after %d consecutive failures",
+                    row.trigger_id,
+                    failures,
+                    extra={"trigger": row.trigger_id, "run": row.run_id},
+                )
+            self._save(entry)
+        self.write_trigger(row.trigger_id, fields)
+
+    # the loops
+
+    async def _tick_loop(self) -> None:
+        self._wake.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout=self.config.tick_s)
+        await self.tick()
+
+    async def _timer_loop(self) -> None:
+        due = self.registry.next_due()
+        now = self.clock.now()
+        if due is not None and due <= now:
+            await self.fire_due(now)
+            return
+        self._rearm.clear()
+        timeout = 60.0 if due is None else min(60.0, due - now)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._rearm.wait(), timeout=timeout)
+
+    async def _feed_loop(self) -> None:
+        if self.places is None or self._cursor is None or not self.feed_available:
+            await asyncio.sleep(self.config.tick_s)
+            return
+        try:
+            page = await self.client.changes(self.places.space, self._cursor, wait=FEED_WAIT_S)
+        except (ServerUnavailable, ServerError) as exc:
+            log.debug("change feed: %s", exc)
+            await asyncio.sleep(min(self.config.tick_s, 2.0))
+            return
+        if page is None:
+            self._feature_feed_missing()
+            return
+        relevant = [c for c in page.changes if self.places.matches_triggers(c)]
+        self._cursor = page.seq
+        self._batch.meta["cursor"] = str(page.seq)
+        if relevant:
+            self._feed_buffer.extend(relevant)
+            self._wake.set()
+
+    async def _outbox_loop(self) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._outbox_kick.wait(), timeout=5.0)
+        self._outbox_kick.clear()
+        result = await self.drain_outbox()
+        if result is not None and result.error:
+            await asyncio.sleep(1.0)
+
+    async def drain_outbox(self) -> Any:
+        """Send what the outbox holds; note the acknowledged trigger writes in the cache."""
+        if self.places is None or self.db is None:
+            return None
+        result = await drain(self.db, self.client, self._locate)
+        for dataset, rid, version in result.acked:
+            if dataset == TRIGGERS:
+                self.records.acked(rid, version)
+                self._dirty.add(rid)
+        return result
+
+    def _locate(self, dataset: str) -> Dataset | None:
+        if self.places is None:
+            return None
+        return {TRIGGERS: self.places.triggers, RUNS: self.places.runs}.get(dataset)
+
+
+def run_record(row: RunRow) -> dict[str, Any]:
+    """Return the `agent_runs` record of a finished run (the seeds' fields plus `scheduledAt`)."""
+    result = row.result
+    tokens = result.get("tokens")
+    return {
+        "runId": row.run_id,
+        "triggerId": row.trigger_id,
+        "program": row.program,
+        "device": row.device,
+        "startedAt": round(row.started_at, 3),
+        "endedAt": round(row.ended_at, 3) if row.ended_at is not None else None,
+        "durationMs": row.duration_ms,
+        "status": row.status,
+        "errorType": row.error_type,
+        "turns": result.get("turns", 0),
+        "cells": result.get("cells", 0),
+        "effects": result.get("effects", 0),
+        "mutations": result.get("mutations", 0),
+        "tokens": tokens
+        if isinstance(tokens, dict)
+        else {"in": 0, "out": 0, "cacheRead": 0, "cacheWrite": 0},
+        "costUsd": result.get("costUsd"),
+        "model": result.get("model"),
+        "title": result.get("title"),
+        "scheduledAt": row.scheduled_at,
+    }
+
+
+def _is_stamp(peer: str | None) -> bool:
+    return peer is not None and peer.startswith("anyrt-")
+
+
+__all__ = ["RUNNING", "Daemon", "Places", "__version__", "run_record"]

@@ -1,0 +1,102 @@
+"""`anyrtd serve` as a process: signals, systemd notification, the watchdog and reloads."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Callable
+
+from anyrtd.config import Config, ConfigError
+from anyrtd.daemon import Daemon
+from anyrtd.mirror import SchemaNotAtHead
+from anyrtd.notify import Notifier, run_watchdog
+
+log = logging.getLogger("anyrtd.serve")
+
+
+class StartError(Exception):
+    """The daemon cannot start; the message says why and what to do."""
+
+
+def status_line(daemon: Daemon) -> str:
+    """Return the one-line summary systemd shows: verdict, triggers, runs today, outbox, error."""
+    parts = [
+        daemon.gate.verdict,
+        f"{len(daemon.registry)} triggers adopted",
+        f"{daemon.runs_today} runs today",
+        f"outbox {daemon.outbox_depth}",
+    ]
+    if daemon.stats.last_error:
+        parts.append(f"last error: {daemon.stats.last_error}")
+    return "; ".join(parts)
+
+
+async def serve(
+    config: Config,
+    *,
+    reload: Callable[[], Config] | None = None,
+    notifier: Notifier | None = None,
+) -> None:
+    """Run the daemon until SIGTERM or SIGINT; reload the config on SIGHUP."""
+    notifier = notifier or Notifier()
+    daemon = Daemon(config)
+    try:
+        await daemon.open()
+    except SchemaNotAtHead as exc:
+        raise StartError(str(exc)) from None
+    control = None
+    await daemon.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    if reload is not None:
+        loop.add_signal_handler(signal.SIGHUP, lambda: _reload(daemon, notifier, reload))
+    notifier.ready(status_line(daemon))
+    log.info("anyrtd is serving (peer %s)", daemon.peer_id or "unknown")
+    helpers = [
+        asyncio.create_task(
+            run_watchdog(
+                notifier,
+                lambda: daemon.last_tick_mono or 0.0,
+                stall_after=max(3 * config.tick_s, 30.0),
+                clock=daemon.clock,
+            )
+        ),
+        asyncio.create_task(_status_loop(daemon, notifier)),
+    ]
+    await stop.wait()
+    notifier.stopping("stopping: letting in-flight runs finish")
+    log.info("stopping")
+    for task in helpers:
+        task.cancel()
+    for task in helpers:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    if control is not None:
+        await control.cleanup()
+    await daemon.stop()
+    log.info("stopped")
+
+
+async def _status_loop(daemon: Daemon, notifier: Notifier) -> None:
+    while True:
+        await daemon.refresh_summary()
+        notifier.status(status_line(daemon))
+        await asyncio.sleep(max(1.0, daemon.config.tick_s))
+
+
+def _reload(daemon: Daemon, notifier: Notifier, reload: Callable[[], Config]) -> None:
+    notifier.reloading("reloading the configuration")
+    try:
+        new = reload()
+    except ConfigError as exc:
+        daemon.stats.last_error = f"reload refused: {exc}"
+        log.error("reload refused, keeping the running configuration: %s", exc)
+        notifier.ready(f"reload refused: {exc}")
+        return
+    daemon.apply_config(new)
+    log.info("configuration reloaded from %s", new.source or "defaults")
+    notifier.ready(status_line(daemon))
