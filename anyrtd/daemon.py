@@ -287,6 +287,33 @@ class Daemon:
         counts = await self.db_call(lambda m: m.run_counts(since=now - now % 86400))
         self.runs_today = sum(counts.values())
 
+    async def write_through(
+        self, trigger_id: str, fields: Mapping[str, Any], unset: Iterable[str] = ()
+    ) -> TriggerDef | None:
+        """Write fields of a trigger record on the server now, then reconcile it here.
+
+        Used by the control API: the record is the source of truth, so a change made
+        only in the registry would be reverted by the next reconcile. Raises
+        `ServerUnavailable` or `ServerError` when the server does not take the write.
+        """
+        if self.places is None:
+            raise ServerUnavailable("the server's datasets are not resolved yet")
+        from anyrtd.client import Upsert
+
+        await self.client.upsert(
+            self.places.triggers, [Upsert(id=trigger_id, fields=fields, unset=list(unset))]
+        )
+        records, _ = await self.client.query(self.places.triggers, filter={"id": trigger_id})
+        for record in records:
+            self._remember(record)
+        now = self.clock.now()
+        if self.peer_id is not None:
+            self._reconcile([trigger_id], now, self.gate.verdict)
+        await self._commit(now)
+        self._rearm.set()
+        parsed = self.records.parsed.get(trigger_id)
+        return parsed if isinstance(parsed, TriggerDef) else None
+
     # the tick
 
     async def tick(self) -> None:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 Verdict = Literal["active", "standby", "pruned"]
+APP = "bao"
 
 
 class Gate(Protocol):
@@ -13,12 +14,25 @@ class Gate(Protocol):
     @property
     def verdict(self) -> Verdict: ...
 
+    def describe(self, peer_id: str | None) -> dict[str, Any]:
+        """Return the `GET /election` body."""
+        ...
+
 
 class AlwaysActive:
     """Single-device behaviour (the seeds' Degrade): the gate is always active."""
 
-    enabled = False
-
     @property
     def verdict(self) -> Verdict:
         return "active"
+
+    def describe(self, peer_id: str | None) -> dict[str, Any]:
+        return {
+            "app": APP,
+            "enabled": False,
+            "active": True,
+            "peerId": peer_id,
+            "winner": peer_id,
+            "verdict": "active",
+            "lastPollAt": None,
+        }
