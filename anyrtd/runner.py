@@ -323,7 +323,8 @@ class _RunLogHandler(logging.Handler):
 class _Flight:
     """An in-flight run: the stop signal (budget or interrupt) and completion."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, budget_s: float) -> None:
+        self.budget_s = budget_s
         self.stop: asyncio.Future[str] = loop.create_future()
         self.done = asyncio.Event()
 
@@ -380,6 +381,21 @@ class Runner:
     @property
     def timeout_s(self) -> float:
         return self._timeout_s
+
+    def configure(
+        self,
+        *,
+        commands: Mapping[str, CommandProgram] | None = None,
+        timeout_s: float | None = None,
+    ) -> None:
+        """Take a reloaded program table and budget; runs in flight keep their own budget."""
+        if timeout_s is not None:
+            if not timeout_s > 0:
+                raise ValueError(f"run budget must be greater than 0 s, got {timeout_s!r}")
+            self._timeout_s = timeout_s
+        if commands is not None:
+            self._commands = dict(commands)
+            self._resolved = {k: p for k, p in self._resolved.items() if p.source != "command"}
 
     # resolution
 
@@ -457,7 +473,7 @@ class Runner:
         started_at = clock.now()
         t0 = clock.monotonic()
         capture = _Capture(self._output_cap)
-        flight = _Flight(asyncio.get_running_loop())
+        flight = _Flight(asyncio.get_running_loop(), self._timeout_s)
         self._flights.add(flight)
         try:
             ended = await self._execute(req, capture, flight)
@@ -504,15 +520,15 @@ class Runner:
             budget.cancel()
 
     async def _budget(self, flight: _Flight) -> None:
-        await self._clock.sleep(self._timeout_s)
+        await self._clock.sleep(flight.budget_s)
         flight.signal("budget")
 
-    def _stopped(self, why: str) -> _Ended:
+    def _stopped(self, why: str, flight: _Flight) -> _Ended:
         if why == "budget":
             return _Ended(
                 "incomplete",
                 "BudgetExceeded",
-                f"ran past the run budget of {self._timeout_s:g} s and was stopped",
+                f"ran past the run budget of {flight.budget_s:g} s and was stopped",
             )
         return _Ended("interrupted", None, "the daemon stopped this run")
 
@@ -560,7 +576,7 @@ class Runner:
                 task.cancel()
                 await self._settle(task, req)
         if stopped is not None:
-            return self._stopped(stopped)
+            return self._stopped(stopped, flight)
         if task.cancelled():
             return _Ended("FAILED", "CancelledError", "the program was cancelled")
         exc = task.exception()
@@ -673,7 +689,7 @@ class Runner:
             if not waiter.done():
                 waiter.cancel()
         if why is not None:
-            return self._stopped(why)
+            return self._stopped(why, flight)
         rc = waiter.result()
         result: dict[str, Any] = {}
         line = last_line.finish()

@@ -621,3 +621,17 @@ async def test_a_budget_that_is_not_positive_is_refused(client: ServerClient) ->
             commands={},
             timeout_s=0,
         )
+
+
+async def test_configure_takes_a_new_program_table_and_budget(make_runner: MakeRunner) -> None:
+    runner = make_runner(commands={"mine:old@v1": CommandProgram(argv=("/bin/true",))})
+    assert runner.is_installed("mine:old@v1")
+
+    runner.configure(commands={"mine:new@v1": py("import time; time.sleep(60)")}, timeout_s=0.2)
+
+    assert not runner.is_installed("mine:old@v1")
+    out = await runner.run(request("mine:new@v1"))
+    assert (out.status, out.error_type) == ("incomplete", "BudgetExceeded")
+    assert out.error is not None and "0.2 s" in out.error
+    with pytest.raises(ValueError, match="greater than 0"):
+        runner.configure(timeout_s=-1)
