@@ -388,7 +388,10 @@ class Runner:
         commands: Mapping[str, CommandProgram] | None = None,
         timeout_s: float | None = None,
     ) -> None:
-        """Take a reloaded program table and budget; runs in flight keep their own budget."""
+        """Take a reloaded program table and budget, and rescan the entry points.
+
+        Runs in flight keep the budget they started with.
+        """
         if timeout_s is not None:
             if not timeout_s > 0:
                 raise ValueError(f"run budget must be greater than 0 s, got {timeout_s!r}")
@@ -396,6 +399,7 @@ class Runner:
         if commands is not None:
             self._commands = dict(commands)
             self._resolved = {k: p for k, p in self._resolved.items() if p.source != "command"}
+        self.rescan_entry_points()
 
     # resolution
 

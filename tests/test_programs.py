@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from anyrtd.client import ServerClient
-from anyrtd.clock import FakeClock
+from anyrtd.clock import FakeClock, SystemClock
+from anyrtd.config import CommandProgram, load_config
 from anyrtd.programs.rollup import author_of, digest_text, first_line
 from anyrtd.runner import Runner, RunRequest
 
@@ -221,3 +224,40 @@ def test_first_lines_are_shortened_and_authors_named() -> None:
     assert author_of({"author": " carol "}) == "carol"
     assert author_of({"agent": ""}) == "an agent"
     assert author_of({}) == "unknown"
+
+
+# the example command program in contrib/
+
+
+CONTRIB = Path(__file__).resolve().parent.parent / "contrib" / "programs"
+
+
+def test_the_contrib_program_table_is_a_valid_config() -> None:
+    config = load_config(str(CONTRIB / "anyrtd.toml"), env={})
+
+    assert set(config.programs) == {"mine:disk-report@v1", "mine:backup@v1"}
+    backup = config.programs["mine:backup@v1"]
+    assert backup.env == {"BACKUP_TARGET": "/srv/backup"} and backup.cwd == "/var/lib/backup"
+
+
+@pytest.mark.parametrize(("warn", "status"), [(100, "ok"), (0.0001, "FAILED")])
+async def test_the_contrib_disk_report_runs_as_a_command_program(
+    warn: float, status: str, tmp_path: Path
+) -> None:
+    report = CommandProgram(argv=(sys.executable, str(CONTRIB / "disk_report.py")))
+    async with ServerClient("http://127.0.0.1:9") as client:
+        runner = Runner(
+            client=client,
+            clock=SystemClock(),
+            agent_name="bao",
+            space="s",
+            commands={"mine:disk-report@v1": report},
+        )
+        out = await runner.run(
+            request("mine:disk-report@v1", {"path": str(tmp_path), "warnPercent": warn})
+        )
+
+    assert out.status == status, out.output
+    assert out.error_type == (None if status == "ok" else "ExitCode")
+    assert out.result["title"].startswith(f"{tmp_path} ")
+    assert "run run-7 on dev" in out.output and "% used" in out.output
