@@ -252,6 +252,8 @@ def _range_values(expr: str, field: int, base: str, step: int | None) -> list[in
         if not a or not b:
             raise _err(expr, f'{name} range "{base}" needs a start and an end, like 1-5')
         start, end = _value(expr, field, a), _value(expr, field, b)
+        if field == _DOW and start == 7:
+            start = 0  # `7-1` is Sunday to Monday, not a wrap from Sunday round to Monday
         if start > end:
             if step is not None:
                 raise _err(
@@ -271,7 +273,7 @@ def _parse_field(
 ) -> tuple[int, bool, tuple[int, ...], tuple[tuple[int, int], ...], bool]:
     """Parse one field into (bits, last-day, nearest-weekday days, nth weekdays, unrestricted)."""
     name = _FIELD_NAMES[field]
-    lo, hi = _FIELD_RANGES[field]
+    lo = _FIELD_RANGES[field][0]
     if text == "?":
         if field not in (_DOM, _DOW):
             raise _err(expr, f'"?" is only allowed in day-of-month and day-of-week, not in {name}')
@@ -345,10 +347,10 @@ def _parse_field(
             expr,
             f'day-of-week "{text}" mixes plain days and nth days (#, L); use one kind per field',
         )
-    full = (1 << 7) - 1 if field == _DOW else ((1 << (hi - lo + 1)) - 1) << (0 if lo == 0 else 1)
-    if field == _YEAR:
-        full = (1 << (hi - lo + 1)) - 1
-    unrestricted = bits == full and not last and not nearest and not nth
+    # As in croniter (and Vixie cron, except for `*/n`): only a bare `*` or `?` leaves the
+    # field unrestricted; `0-6` or `1-31` restrict it, which matters when day-of-month and
+    # day-of-week are both restricted and a day then matches either one.
+    unrestricted = text == "*"
     return bits, last, tuple(nearest), tuple(nth), unrestricted
 
 
