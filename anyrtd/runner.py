@@ -641,10 +641,10 @@ class Runner:
                 env=self._command_env(cmd, req),
                 start_new_session=True,  # its own process group: the budget kills all of it
             )
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: a NUL byte in argv or env
             for fd in (out_r, err_r):
                 os.close(fd)
-            reason = exc.strerror or str(exc)
+            reason = getattr(exc, "strerror", None) or str(exc)
             return _Ended(
                 "FAILED",
                 type(exc).__name__,

@@ -635,3 +635,34 @@ async def test_configure_takes_a_new_program_table_and_budget(make_runner: MakeR
     assert out.error is not None and "0.2 s" in out.error
     with pytest.raises(ValueError, match="greater than 0"):
         runner.configure(timeout_s=-1)
+
+
+async def test_a_command_that_cannot_be_started_fails_instead_of_raising(
+    make_runner: MakeRunner,
+) -> None:
+    runner = make_runner(commands={"mine:nul@v1": CommandProgram(argv=("/bin/echo", "a\0b"))})
+    out = await runner.run(request("mine:nul@v1"))
+
+    assert (out.status, out.error_type) == ("FAILED", "ValueError")
+    assert out.error is not None and "cannot start command '/bin/echo'" in out.error
+
+
+async def test_command_runs_leave_no_descriptors_open(make_runner: MakeRunner) -> None:
+    runner = make_runner(
+        commands={
+            "mine:ok@v1": py("print('fine')"),
+            "mine:slow@v1": py("import time; time.sleep(60)"),
+        },
+        timeout_s=0.5,
+        kill_grace_s=0.2,
+    )
+    await runner.run(request("mine:ok@v1"))  # let asyncio set up its child watcher first
+    before = len(os.listdir("/proc/self/fd"))
+
+    outs = await asyncio.gather(
+        *(runner.run(request("mine:ok@v1", run_id=f"ok-{i}")) for i in range(20)),
+        *(runner.run(request("mine:slow@v1", run_id=f"slow-{i}")) for i in range(5)),
+    )
+
+    assert [o.status for o in outs] == ["ok"] * 20 + ["incomplete"] * 5
+    assert len(os.listdir("/proc/self/fd")) <= before
