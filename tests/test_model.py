@@ -1,0 +1,381 @@
+"""The trigger model: records from the seeds parse to definitions; broken ones are malformed."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from anyrtd.model import (
+    INVALID_SPEC,
+    STANDING_BUILTINS,
+    UNSUPPORTED_SOURCE,
+    Malformed,
+    Rollup,
+    TriggerDef,
+    health_marker,
+    is_unassigned,
+    marker_reason,
+    parse_record,
+    spec_error,
+)
+from anyrtd.schedule import CronSchedule, EventSchedule, InvalidSchedule, OnceSchedule, preview
+
+DAILY_DIGEST = {
+    "id": "daily-digest",
+    "name": "daily digest",
+    "kind": "cron",
+    "spec": {"cron": "0 8 * * *"},
+    "program": "agent:rollup@v1",
+    "args": {"space": "bao", "chatId": "<chatId>"},
+    "owner": "",
+    "enabled": True,
+    "maxConsecutiveFailures": 3,
+    "_v": 7,
+    "_updatedAt": 1787000000.5,
+}
+STANDUP = {
+    "id": "remind-standup",
+    "name": "Standup reminder",
+    "kind": "once",
+    "spec": {"at": 1787000000},
+    "program": "agent:remind@v1",
+    "args": {"space": "bao", "chatId": "chat-1", "text": "standup in 5"},
+    "enabled": True,
+}
+CHAT_EVENT = {
+    "id": "chat-watch",
+    "kind": "event",
+    "spec": {"dataset": "chat_messages", "objectId": "chat-general"},
+    "program": "internal:chat-watch",
+    "owner": "peer-laptop",
+}
+
+
+def parsed(record: dict[str, Any]) -> TriggerDef:
+    result = parse_record(record)
+    assert isinstance(result, TriggerDef), result
+    return result
+
+
+def test_the_daily_digest_parses() -> None:
+    d = parsed(DAILY_DIGEST)
+    assert (d.id, d.name, d.kind, d.program) == (
+        "daily-digest",
+        "daily digest",
+        "cron",
+        "agent:rollup@v1",
+    )
+    assert dict(d.spec) == {"cron": "0 8 * * *"}
+    assert dict(d.args) == {"space": "bao", "chatId": "<chatId>"}
+    assert (d.owner, d.enabled, d.max_consecutive_failures, d.version) == ("", True, 3, 7)
+    assert dict(d.limits) == {}
+    assert d.rollup == Rollup()
+    assert isinstance(d.schedule, CronSchedule)
+    assert health_marker(d) is None
+    assert preview(d, 1787000000.0, 1) == [1787040000.0]  # 2026-08-18 08:00 UTC
+
+
+def test_the_standup_reminder_parses_with_defaults() -> None:
+    d = parsed(STANDUP)
+    assert (d.kind, d.name, d.owner, d.version) == ("once", "Standup reminder", "", None)
+    assert d.schedule == OnceSchedule(1787000000.0)
+    assert d.max_consecutive_failures == 3
+    assert preview(d, 1788000000.0, 3) == [1787000000.0]  # past and not run: due now
+    consumed = parsed({**STANDUP, "lastRunAt": 1787000001.2, "enabled": False})
+    assert consumed.rollup.last_run_at == 1787000001.2
+    assert preview(consumed, 1786000000.0, 3) == []
+
+
+def test_an_event_on_a_chat_parses() -> None:
+    d = parsed(CHAT_EVENT)
+    assert d.name == "chat-watch"  # absent name = the record id
+    assert d.schedule == EventSchedule("chat_messages", "chat-general", None)
+    assert dict(d.args) == {}
+    assert d.owner == "peer-laptop"
+    assert health_marker(d) is None
+    assert preview(d, 0.0, 3) == []
+
+
+def test_the_rollup_fields_are_read() -> None:
+    d = parsed(
+        {
+            **DAILY_DIGEST,
+            "lastRunAt": 1787000000,
+            "lastStatus": "ok",
+            "lastDurationMs": 12.5,
+            "lastFuel": 100,
+            "lastCostUsd": 0.002,
+            "runCount": 4.0,
+            "consecutiveFailures": 1,
+            "lastRunRef": "run-abc",
+            "limits": {"fuelPerRun": 1000, "timeoutS": 30, "other": "kept"},
+        }
+    )
+    assert d.rollup == Rollup(1787000000.0, "ok", 12.5, 100.0, 0.002, 4, 1, "run-abc")
+    assert dict(d.limits) == {"fuelPerRun": 1000, "timeoutS": 30, "other": "kept"}
+
+
+def test_nulls_read_as_absent() -> None:
+    d = parsed({**STANDUP, "name": None, "args": None, "owner": None, "enabled": None})
+    assert (d.name, dict(d.args), d.owner, d.enabled) == ("remind-standup", {}, "", True)
+
+
+BROKEN: list[tuple[Any, str]] = [
+    ([1, 2], "record must be an object, not an array"),
+    ({"kind": "cron"}, "record id must be a non-empty string"),
+    ({**DAILY_DIGEST, "id": ""}, "record id must be a non-empty string"),
+    ({**DAILY_DIGEST, "_deleted": True}, "tombstone"),
+    ({**DAILY_DIGEST, "_v": "7"}, "_v must be a whole number"),
+    ({**DAILY_DIGEST, "kind": None}, 'kind is missing; set it to "cron", "once" or "event"'),
+    ({**DAILY_DIGEST, "kind": "interval"}, 'kind "interval" is not one of "cron", "once", "event"'),
+    ({**DAILY_DIGEST, "kind": 3}, 'kind a number (3) is not one of "cron"'),
+    ({k: v for k, v in DAILY_DIGEST.items() if k != "program"}, "program is missing"),
+    ({**DAILY_DIGEST, "program": 5}, "program must be a program spec"),
+    ({**DAILY_DIGEST, "program": "  "}, "program must be a program spec"),
+    ({**DAILY_DIGEST, "spec": "0 8 * * *"}, "spec must be an object"),
+    ({**DAILY_DIGEST, "spec": ["0 8 * * *"]}, "spec must be an object"),
+    ({**DAILY_DIGEST, "args": ["x"]}, "args must be an object, not an array"),
+    ({**DAILY_DIGEST, "limits": "none"}, "limits must be an object"),
+    ({**DAILY_DIGEST, "limits": {"timeoutS": "30"}}, "limits.timeoutS must be a number"),
+    ({**DAILY_DIGEST, "owner": 42}, "owner must be a string"),
+    ({**DAILY_DIGEST, "name": ["x"]}, "name must be a string"),
+    ({**DAILY_DIGEST, "enabled": "yes"}, "enabled must be true or false"),
+    ({**DAILY_DIGEST, "enabled": 1}, "enabled must be true or false"),
+    ({**DAILY_DIGEST, "maxConsecutiveFailures": 0}, "maxConsecutiveFailures must be at least 1"),
+    ({**DAILY_DIGEST, "maxConsecutiveFailures": 2.5}, "maxConsecutiveFailures must be a whole"),
+    ({**DAILY_DIGEST, "maxConsecutiveFailures": "3"}, "maxConsecutiveFailures must be a whole"),
+    ({**DAILY_DIGEST, "maxConsecutiveFailures": True}, "maxConsecutiveFailures must be a whole"),
+    ({**STANDUP, "lastRunAt": "yesterday"}, "lastRunAt must be a number"),
+    ({**STANDUP, "lastRunAt": math.nan}, "lastRunAt must be a finite number"),
+    ({**STANDUP, "lastRunAt": 10**400}, "lastRunAt 1000"),
+    ({**STANDUP, "lastStatus": 1}, "lastStatus must be a string"),
+    ({**STANDUP, "runCount": -1}, "runCount must be at least 0"),
+    ({**STANDUP, "consecutiveFailures": "2"}, "consecutiveFailures must be a whole number"),
+]
+
+
+@pytest.mark.parametrize(("record", "reason"), BROKEN)
+def test_broken_records_are_malformed_with_a_reason(record: Any, reason: str) -> None:
+    result = parse_record(record)
+    assert isinstance(result, Malformed)
+    assert reason in result.reason
+    if isinstance(record, dict) and isinstance(record.get("id"), str):
+        assert result.id == record["id"]
+        assert result.version == (record["_v"] if isinstance(record.get("_v"), int) else None)
+
+
+# --------------------------------------------------------------------------- markers
+
+
+@pytest.mark.parametrize(
+    ("kind", "spec", "marker"),
+    [
+        ("cron", {"cron": "0 0 30 2 *"}, INVALID_SPEC),  # no next occurrence
+        ("cron", {"cron": "61 * * * *"}, INVALID_SPEC),
+        ("cron", {"cron": "0 8 * * *", "tz": "Nowhere/Land"}, INVALID_SPEC),
+        ("cron", {"every_s": 0}, INVALID_SPEC),
+        ("cron", {"every_s": -1}, INVALID_SPEC),
+        ("cron", {}, INVALID_SPEC),
+        ("once", {}, INVALID_SPEC),
+        ("once", {"at": "tomorrow"}, INVALID_SPEC),
+        ("event", {"dataset": "chat_messages"}, INVALID_SPEC),
+        ("event", {"objectId": "chat-1"}, INVALID_SPEC),
+        ("event", {"dataset": "notes", "objectId": "n-1"}, UNSUPPORTED_SOURCE),
+        ("cron", {"cron": "0 8 * * *", "tz": "Europe/Berlin"}, None),
+        ("cron", {"every_s": 300}, None),
+        ("once", {"at": 0}, None),
+    ],
+)
+def test_unusable_specs_get_a_health_marker(
+    kind: str, spec: dict[str, Any], marker: str | None
+) -> None:
+    d = parsed({"id": "t", "kind": kind, "spec": spec, "program": "agent:remind@v1"})
+    assert health_marker(d) == marker
+    reason = marker_reason(d)
+    assert (reason is None) == (marker is None)
+    assert spec_error(kind, spec) == reason
+
+
+def test_a_missing_spec_is_a_marker_not_malformed() -> None:
+    d = parsed({"id": "t", "kind": "once", "program": "agent:remind@v1"})
+    assert health_marker(d) == INVALID_SPEC
+    assert marker_reason(d) == 'spec is missing; a once trigger needs one like {"at": 1787000000}'
+
+
+def test_a_marker_appears_and_clears_when_the_record_is_fixed() -> None:
+    broken = parsed({**DAILY_DIGEST, "spec": {"cron": "0 0 30 2 *"}})
+    fixed = parsed({**DAILY_DIGEST, "spec": {"cron": "0 0 28 2 *"}})
+    assert health_marker(broken) == INVALID_SPEC
+    assert health_marker(fixed) is None
+    assert broken.fingerprint != fixed.fingerprint  # the fix is a refresh
+
+
+def test_a_disabled_trigger_has_no_marker() -> None:
+    d = parsed({**DAILY_DIGEST, "spec": {"cron": "nonsense"}, "enabled": False})
+    assert isinstance(d.schedule, InvalidSchedule)
+    assert health_marker(d) is None
+
+
+def test_a_cron_past_its_last_year_is_marked_when_now_is_known() -> None:
+    d = parsed({**DAILY_DIGEST, "spec": {"cron": "0 0 1 1 * 0 2027"}})
+    assert health_marker(d) is None
+    assert health_marker(d, now=1_700_000_000.0) is None
+    assert health_marker(d, now=1_900_000_000.0) == INVALID_SPEC
+    assert (
+        marker_reason(d, now=1_900_000_000.0)
+        == 'cron "0 0 1 1 * 0 2027" has no occurrence after now'
+    )
+
+
+def test_spec_error_refuses_bad_patches_with_a_message() -> None:
+    assert spec_error("cron", {"cron": "61 * * * *"}) == (
+        'cron "61 * * * *": minute 61 is out of range 0-59'
+    )
+    assert spec_error("cron", "0 8 * * *") is not None
+    assert spec_error("sometimes", {}) == 'kind "sometimes" is not one of "cron", "once", "event"'
+    assert spec_error("cron", {"cron": "*/5 * * * *"}) is None
+
+
+# --------------------------------------------------------------------------- fingerprint
+
+
+def test_the_fingerprint_covers_exactly_the_definition_core() -> None:
+    base = parsed(DAILY_DIGEST).fingerprint
+    reordered = dict(reversed(list(DAILY_DIGEST.items())))
+    assert parsed(reordered).fingerprint == base
+    outside_core = [
+        {"enabled": False},
+        {"owner": "peer-x"},
+        {"lastRunAt": 5, "lastStatus": "ok", "runCount": 3, "consecutiveFailures": 1},
+        {"_v": 99, "_updatedAt": 1.0},
+        {"unknownField": 1},
+    ]
+    for change in outside_core:
+        assert parsed({**DAILY_DIGEST, **change}).fingerprint == base, change
+    core = [
+        {"kind": "once", "spec": {"at": 5}},
+        {"spec": {"cron": "0 9 * * *"}},
+        {"spec": {"cron": "0 8 * * *", "tz": "Europe/Berlin"}},
+        {"program": "agent:remind@v1"},
+        {"args": {"space": "bao"}},
+        {"name": "digest"},
+        {"limits": {"timeoutS": 5}},
+        {"maxConsecutiveFailures": 4},
+    ]
+    prints = {parsed({**DAILY_DIGEST, **change}).fingerprint for change in core}
+    assert base not in prints
+    assert len(prints) == len(core)
+
+
+def test_absent_name_and_the_id_as_name_are_the_same_definition() -> None:
+    a = parsed({k: v for k, v in DAILY_DIGEST.items() if k != "name"})
+    b = parsed({**DAILY_DIGEST, "name": "daily-digest"})
+    assert a.fingerprint == b.fingerprint
+
+
+# --------------------------------------------------------------------------- owners, built-ins
+
+
+@pytest.mark.parametrize(
+    ("owner", "unassigned"),
+    [("", True), ("anyrt-1234", True), ("anyrt-", False), ("anyrt-12x", False), ("peer", False)],
+)
+def test_is_unassigned(owner: str, unassigned: bool) -> None:
+    assert is_unassigned(owner) is unassigned
+
+
+def test_standing_builtins() -> None:
+    assert {"rollup", "extraction", "linkgen", "evolution", "decay", "reflection"} == set(
+        STANDING_BUILTINS
+    )
+
+
+# --------------------------------------------------------------------------- never raises
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text(max_size=20)
+    | st.binary(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+FIELDS = [
+    "id",
+    "name",
+    "kind",
+    "spec",
+    "program",
+    "args",
+    "owner",
+    "enabled",
+    "limits",
+    "maxConsecutiveFailures",
+    "lastRunAt",
+    "lastStatus",
+    "lastDurationMs",
+    "lastFuel",
+    "lastCostUsd",
+    "runCount",
+    "consecutiveFailures",
+    "lastRunRef",
+    "_v",
+    "_deleted",
+]
+field_values = {
+    "kind": st.sampled_from(["cron", "once", "event", "", "CRON"]) | json_values,
+    "spec": st.fixed_dictionaries(
+        {},
+        optional={
+            "cron": st.text(alphabet="0123456789*/,-? LW#", max_size=20) | json_values,
+            "every_s": json_values,
+            "at": json_values,
+            "tz": st.sampled_from(["Europe/Berlin", "Bad/Zone", ""]) | json_values,
+            "dataset": st.sampled_from(["chat_messages", "notes"]) | json_values,
+            "objectId": json_values,
+        },
+    )
+    | json_values,
+    "program": st.sampled_from(["agent:remind@v1"]) | json_values,
+}
+records = (
+    st.fixed_dictionaries(
+        {},
+        optional={f: field_values.get(f, json_values) for f in FIELDS},
+    )
+    | st.dictionaries(json_values.filter(lambda k: isinstance(k, str | int)), json_values)
+    | json_values
+)  # type: ignore[arg-type]
+
+
+@settings(deadline=None, max_examples=250)
+@given(record=records)
+def test_parse_record_never_raises(record: Any) -> None:
+    result = parse_record(record)
+    assert isinstance(result, TriggerDef | Malformed)
+    if isinstance(result, TriggerDef):
+        assert isinstance(result.fingerprint, str) and len(result.fingerprint) == 32
+        health_marker(result, now=1_800_000_000.0)
+        marker_reason(result)
+        preview(result, 1_800_000_000.0, 3)
+    else:
+        assert result.reason
+
+
+def test_parse_record_survives_hostile_objects() -> None:
+    class Exploding(dict[str, Any]):
+        def get(self, *args: Any) -> Any:
+            raise RuntimeError("boom")
+
+    cyclic: dict[str, Any] = {}
+    cyclic["self"] = cyclic
+    for record in [Exploding(id="x"), {**DAILY_DIGEST, "args": cyclic}, object(), None]:
+        assert isinstance(parse_record(record), Malformed | TriggerDef)  # type: ignore[arg-type]
