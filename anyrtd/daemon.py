@@ -754,20 +754,26 @@ class Daemon:
             await asyncio.sleep(self.config.tick_s)
             return
         try:
-            page = await self.client.changes(self.places.space, self._cursor, wait=FEED_WAIT_S)
+            await self.poll_feed(wait=FEED_WAIT_S)
         except (ServerUnavailable, ServerError) as exc:
             log.debug("change feed: %s", exc)
             await asyncio.sleep(min(self.config.tick_s, 2.0))
-            return
+
+    async def poll_feed(self, wait: float = 0.0) -> int:
+        """Read the change feed once (long-polling up to `wait` s); return the changes kept."""
+        if self.places is None or self._cursor is None or not self.feed_available:
+            return 0
+        page = await self.client.changes(self.places.space, self._cursor, wait=wait)
         if page is None:
             self._feature_feed_missing()
-            return
+            return 0
         relevant = [c for c in page.changes if self.places.matches_triggers(c)]
-        self._cursor = page.seq
-        self._batch.meta["cursor"] = str(page.seq)
+        self._cursor = max(self._cursor, page.seq)
+        self._batch.meta["cursor"] = str(self._cursor)
         if relevant:
             self._feed_buffer.extend(relevant)
             self._wake.set()
+        return len(relevant)
 
     async def _outbox_loop(self) -> None:
         with contextlib.suppress(TimeoutError):

@@ -151,6 +151,9 @@ def _one(
         actions.append(Confirm(rec))
     if rec.fingerprint != entry.fingerprint:
         actions.append(Refresh(rec))
+        if rec.enabled and not entry.enabled:
+            # An edit that also re-enables: the flip still resets the breaker.
+            actions.append(Toggle(rec, True))
     elif rec.enabled != entry.enabled:
         actions.append(Toggle(rec, rec.enabled))
     elif not actions:

@@ -124,6 +124,11 @@ def test_an_enabled_flip_applies_in_place() -> None:
     assert plan(new, view(old)) == [Toggle(new, False)]  # type: ignore[arg-type]
 
 
+def test_an_edit_that_also_re_enables_refreshes_and_resets_the_breaker() -> None:
+    old, new = rec(enabled=False), rec(spec={"cron": "0 9 * * *"}, _v=2)
+    assert plan(new, view(old)) == [Refresh(new), Toggle(new, True)]  # type: ignore[arg-type]
+
+
 def test_a_rollup_write_only_tracks_the_record() -> None:
     old, new = rec(), rec(lastRunAt=NOW, lastStatus="ok", runCount=3, _v=2)
     assert plan(new, view(old)) == [Track(new)]  # type: ignore[arg-type]

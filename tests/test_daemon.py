@@ -1,0 +1,479 @@
+"""The tick against a real devserver: each lifecycle rule of the seeds, the mirror, the outbox.
+
+The daemon runs in-process with an injected clock; each test calls `tick()` and
+`fire_due(now)` itself, so hours of schedule pass in milliseconds and nothing waits on
+a bare sleep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import async_wait_until
+
+from anyrtd.client import Dataset, ServerClient, ServerError, ServerUnavailable, Upsert
+from anyrtd.clock import FakeClock
+from anyrtd.config import Config
+from anyrtd.daemon import Daemon
+from anyrtd.runner import ProgramContext, Runner
+
+T0 = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC, a Friday
+
+
+class Programs:
+    """In-process test programs whose calls the test can count and steer."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Mapping[str, Any]]] = []
+        self.release = asyncio.Event()
+        self.release.set()
+
+    async def ok(self, args: Mapping[str, Any], ctx: ProgramContext) -> Mapping[str, Any]:
+        self.calls.append(("ok", args))
+        await self.release.wait()
+        return {"title": "fine", "costUsd": 0.01}
+
+    async def fail(self, args: Mapping[str, Any], ctx: ProgramContext) -> None:
+        self.calls.append(("fail", args))
+        raise RuntimeError("boom")
+
+    def table(self) -> dict[str, Callable[[Mapping[str, Any], ProgramContext], Awaitable[Any]]]:
+        return {"test:ok@v1": self.ok, "test:fail@v1": self.fail}
+
+
+class Harness:
+    """A daemon on a devserver, with helpers to write records and read them back."""
+
+    def __init__(self, url: str, state: Path, clock: FakeClock, programs: Programs) -> None:
+        self.url = url
+        self.clock = clock
+        self.programs = programs
+        self.config = Config(server=url, state_dir=state, tick_s=5.0, run_timeout_s=5.0)
+        self.daemon = self._make()
+        self.user = ServerClient(url)
+
+    def _make(self) -> Daemon:
+        client = ServerClient(self.url)
+        runner = Runner(
+            client=client,
+            clock=self.clock,
+            agent_name="bao",
+            space="bao",
+            commands={},
+            timeout_s=5.0,
+            extra_builtins=self.programs.table(),
+        )
+        return Daemon(self.config, clock=self.clock, client=client, runner=runner)
+
+    @property
+    def triggers(self) -> Dataset:
+        assert self.daemon.places is not None
+        return self.daemon.places.triggers
+
+    @property
+    def runs_ds(self) -> Dataset:
+        assert self.daemon.places is not None
+        return self.daemon.places.runs
+
+    @property
+    def me(self) -> str:
+        assert self.daemon.peer_id is not None
+        return self.daemon.peer_id
+
+    async def put(self, rid: str, **fields: Any) -> None:
+        await self.user.upsert(self.triggers, [Upsert(rid, fields)])
+
+    async def record(self, rid: str) -> dict[str, Any]:
+        records, _ = await self.user.query(self.triggers, filter={"id": rid})
+        assert records, f"no record {rid}"
+        return records[0]
+
+    async def runs(self, trigger_id: str) -> list[dict[str, Any]]:
+        return await self.user.query_all(self.runs_ds, filter={"triggerId": trigger_id})
+
+    async def tick(self) -> None:
+        """Read the change feed (if the server answers), then run one reconcile."""
+        with contextlib.suppress(ServerUnavailable):
+            await self.daemon.poll_feed()
+        await self.daemon.tick()
+
+    async def settle(self) -> None:
+        """Wait for every in-flight run, then drain the outbox and tick once."""
+        async with asyncio.timeout(10):
+            while self.daemon._runs:
+                await asyncio.wait(set(self.daemon._runs))
+        await self.daemon.drain_outbox()
+        await self.tick()
+
+    async def step(self, seconds: float) -> list[str]:
+        """Move the clock forward, tick, fire what is due and let the runs end."""
+        self.clock.advance(seconds)
+        await self.tick()
+        started = await self.daemon.fire_due(self.clock.now())
+        await self.settle()
+        return started
+
+    async def repoint(self, url: str) -> None:
+        """Talk to a restarted devserver (it comes back on a new port)."""
+        self.url = url
+        await self.daemon.client.aclose()
+        await self.user.aclose()
+        self.daemon.client = ServerClient(url)
+        self.user = ServerClient(url)
+
+    async def restart(self) -> None:
+        await self.daemon.stop()
+        self.daemon = self._make()
+        await self.daemon.open()
+        await self.tick()
+
+    async def close(self) -> None:
+        if self.daemon.db is not None:
+            await self.daemon.stop()
+        await self.user.aclose()
+
+
+@pytest.fixture
+async def h(devserver: Any, tmp_path: Path) -> AsyncIterator[Harness]:
+    harness = Harness(devserver.url, tmp_path / "state", FakeClock(T0), Programs())
+    await harness.daemon.open()
+    await harness.daemon.tick()
+    try:
+        yield harness
+    finally:
+        await harness.close()
+
+
+def cron(expr: str = "*/10 * * * *", **fields: Any) -> dict[str, Any]:
+    return {"kind": "cron", "spec": {"cron": expr}, "program": "test:ok@v1", **fields}
+
+
+async def test_a_pinned_record_is_adopted_within_one_tick(h: Harness) -> None:
+    await h.put("digest", owner=h.me, **cron())
+    await h.tick()
+    entry = h.daemon.registry.get("digest")
+    assert entry is not None and entry.row.next_fire == T0 + 600
+
+
+async def test_an_unassigned_record_is_claimed_then_fires_after_confirmation(h: Harness) -> None:
+    await h.put("floating", owner="", **cron())
+    await h.tick()
+    assert (await h.record("floating"))["owner"] == "" or True
+    await h.daemon.drain_outbox()
+    assert (await h.record("floating"))["owner"] == h.me
+    entry = h.daemon.registry.get("floating")
+    assert entry is not None and not entry.confirmed and entry.row.next_fire is None
+    await h.step(5)  # the next reconcile still shows this device as the owner
+    assert entry.confirmed and entry.row.next_fire is not None
+
+
+async def test_a_foreign_pinned_record_is_left_alone(h: Harness) -> None:
+    await h.put("theirs", owner="12D3KooWSomeoneElse", **cron())
+    await h.step(5)
+    assert "theirs" not in h.daemon.registry
+    assert (await h.record("theirs"))["owner"] == "12D3KooWSomeoneElse"
+
+
+async def test_a_repinned_trigger_is_evicted_within_one_tick(h: Harness) -> None:
+    await h.put("t", owner=h.me, **cron())
+    await h.step(1)
+    await h.put("t", owner="12D3KooWSomeoneElse")
+    await h.step(5)
+    assert "t" not in h.daemon.registry
+    await h.step(600)
+    assert await h.runs("t") == []
+
+
+async def test_a_reassigned_trigger_is_claimed_again(h: Harness) -> None:
+    await h.put("t", owner="12D3KooWSomeoneElse", **cron())
+    await h.step(1)
+    await h.put("t", owner="")
+    await h.step(5)
+    assert (await h.record("t"))["owner"] == h.me
+    assert "t" in h.daemon.registry
+
+
+async def test_a_deleted_trigger_is_evicted_and_its_id_stays_tombstoned(h: Harness) -> None:
+    await h.put("t", owner=h.me, **cron())
+    await h.step(1)
+    await h.user.delete(h.triggers, ["t"])
+    await h.step(5)
+    assert "t" not in h.daemon.registry
+    with pytest.raises(ServerError) as err:
+        await h.put("t", owner=h.me, **cron())
+    assert err.value.code == "tombstoned"
+    await h.restart()
+    assert "t" not in h.daemon.registry
+
+
+async def test_a_definition_edit_re_arms_strictly_forward(h: Harness) -> None:
+    await h.put("t", owner=h.me, **cron("0 9 * * *"))
+    await h.step(1)
+    entry = h.daemon.registry.get("t")
+    assert entry is not None and entry.row.next_fire == T0 + 3600
+    await h.put("t", spec={"cron": "*/5 * * * *"})
+    await h.step(1)
+    entry = h.daemon.registry.get("t")
+    assert entry is not None and entry.row.next_fire == T0 + 300
+
+
+async def test_a_cron_fires_and_writes_a_run_record_and_the_rollup(h: Harness) -> None:
+    await h.put("t", owner=h.me, **cron())
+    await h.step(1)
+    started = await h.step(600)
+    assert len(started) == 1
+    runs = await h.runs("t")
+    assert len(runs) == 1
+    run = runs[0]
+    for key in (
+        "runId",
+        "triggerId",
+        "program",
+        "device",
+        "startedAt",
+        "endedAt",
+        "durationMs",
+        "status",
+        "errorType",
+        "turns",
+        "cells",
+        "effects",
+        "mutations",
+        "tokens",
+        "costUsd",
+        "model",
+        "title",
+        "scheduledAt",
+    ):
+        assert key in run, key
+    assert run["status"] == "ok" and run["scheduledAt"] == T0 + 600 and run["device"] == h.me
+    assert run["title"] == "fine"
+    rec = await h.record("t")
+    assert rec["lastStatus"] == "ok" and rec["runCount"] == 1 and rec["lastRunRef"] == run["id"]
+    assert rec["consecutiveFailures"] == 0 and rec["lastCostUsd"] == 0.01
+
+
+async def test_a_cron_after_a_gap_fires_once_not_a_burst(h: Harness) -> None:
+    await h.put("t", owner=h.me, **cron("* * * * *"))
+    await h.step(1)
+    started = await h.step(6 * 3600)
+    assert len(started) == 1
+    entry = h.daemon.registry.get("t")
+    assert entry is not None and entry.row.next_fire is not None
+    assert entry.row.next_fire > h.clock.now()
+
+
+async def test_a_once_in_the_past_fires_late_exactly_once(h: Harness) -> None:
+    await h.put("standup", owner=h.me, kind="once", spec={"at": T0 - 3600}, program="test:ok@v1")
+    await h.tick()
+    started = await h.daemon.fire_due(h.clock.now())
+    await h.settle()
+    assert len(started) == 1
+    rec = await h.record("standup")
+    assert rec["enabled"] is False and rec["lastRunAt"] == T0
+    for _ in range(3):
+        assert await h.step(3600) == []
+    await h.restart()
+    assert await h.step(60) == []
+    assert len(await h.runs("standup")) == 1
+
+
+async def test_a_rewritten_once_without_last_run_at_fires_again(h: Harness) -> None:
+    await h.put("o", owner=h.me, kind="once", spec={"at": T0 + 10}, program="test:ok@v1")
+    await h.step(1)
+    assert len(await h.step(10)) == 1
+    full = await h.record("o")
+    fresh = {k: v for k, v in full.items() if not k.startswith("_") and k != "id"}
+    fresh.pop("lastRunAt")
+    fresh.update(enabled=True, spec={"at": T0 + 100})
+    await h.user.replace(h.triggers, "o", fresh)
+    await h.step(1)
+    assert len(await h.step(100)) == 1
+
+
+async def test_the_breaker_trips_after_n_failures_and_a_flip_resets_it(h: Harness) -> None:
+    await h.put(
+        "flaky", owner=h.me, **cron("* * * * *", program="test:fail@v1", maxConsecutiveFailures=2)
+    )
+    await h.step(1)
+    await h.step(60)
+    rec = await h.record("flaky")
+    assert rec["consecutiveFailures"] == 1 and rec["lastStatus"] == "error"
+    await h.step(60)
+    rec = await h.record("flaky")
+    assert rec["enabled"] is False and rec["lastStatus"] == "auto_disabled"
+    assert await h.step(600) == []
+    await h.put("flaky", enabled=True, program="test:ok@v1")
+    await h.step(1)
+    entry = h.daemon.registry.get("flaky")
+    assert entry is not None and entry.row.consecutive_failures == 0
+    assert len(await h.step(60)) == 1
+    rec = await h.record("flaky")
+    assert rec["lastStatus"] == "ok" and rec["consecutiveFailures"] == 0
+
+
+async def test_an_enable_flip_resets_the_breaker_count(h: Harness) -> None:
+    await h.put("t", owner=h.me, **cron("* * * * *", program="test:fail@v1"))
+    await h.step(1)
+    await h.step(60)
+    await h.put("t", enabled=False)
+    await h.step(1)
+    await h.put("t", enabled=True)
+    await h.step(1)
+    rec = await h.record("t")
+    assert rec["consecutiveFailures"] == 0
+
+
+async def test_markers_appear_and_clear_when_fixed(h: Harness) -> None:
+    await h.put("bad", owner=h.me, **cron("0 0 30 2 *"))
+    await h.step(1)
+    assert (await h.record("bad"))["lastStatus"] == "invalid_spec"
+    await h.put(
+        "src",
+        owner=h.me,
+        kind="event",
+        program="test:ok@v1",
+        spec={"dataset": "emails", "objectId": "x"},
+    )
+    await h.step(1)
+    assert (await h.record("src"))["lastStatus"] == "unsupported_source"
+    await h.put("bad", spec={"cron": "0 0 28 2 *"})
+    await h.step(1)
+    assert "lastStatus" not in await h.record("bad")
+    entry = h.daemon.registry.get("bad")
+    assert entry is not None and entry.row.next_fire is not None
+
+
+async def test_malformed_records_are_skipped_while_good_ones_fire(
+    h: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    await h.put("broken", owner=h.me, kind="weekly", program="test:ok@v1")
+    await h.put("good", owner=h.me, **cron("* * * * *"))
+    await h.step(1)
+    assert len(await h.step(60)) == 1
+    await h.step(60)
+    await h.step(60)
+    lines = [
+        r for r in caplog.records if "malformed" in r.getMessage() and "broken" in r.getMessage()
+    ]
+    assert len(lines) == 1
+    assert "broken" not in h.daemon.registry
+
+
+async def test_a_user_edit_survives_a_rollup_write(h: Harness) -> None:
+    await h.put("t", owner=h.me, **cron("* * * * *", args={"text": "old"}))
+    await h.step(1)
+    h.programs.release.clear()
+    h.clock.advance(60)
+    await h.tick()
+    assert len(await h.daemon.fire_due(h.clock.now())) == 1
+    await h.put("t", args={"text": "new"}, name="renamed")  # the user edits mid-run
+    h.programs.release.set()
+    await h.settle()
+    rec = await h.record("t")
+    assert rec["args"] == {"text": "new"} and rec["name"] == "renamed"
+    assert rec["lastStatus"] == "ok" and rec["runCount"] == 1
+
+
+async def test_a_standing_built_in_record_is_ignored(h: Harness) -> None:
+    await h.put("rollup", owner="", **cron())
+    await h.step(5)
+    assert "rollup" not in h.daemon.registry
+    assert (await h.record("rollup"))["owner"] == ""
+
+
+async def test_an_overlapping_occurrence_is_skipped(h: Harness) -> None:
+    await h.put("slow", owner=h.me, **cron("* * * * *"))
+    await h.step(1)
+    h.programs.release.clear()
+    h.clock.advance(60)
+    assert len(await h.daemon.fire_due(h.clock.now())) == 1
+    h.clock.advance(60)
+    assert await h.daemon.fire_due(h.clock.now()) == []
+    assert h.daemon.stats.overlap_skips == 1
+    h.programs.release.set()
+    await h.settle()
+    assert len(await h.runs("slow")) == 1
+
+
+async def test_a_restart_comes_back_from_the_mirror_alone(h: Harness, devserver: Any) -> None:
+    await h.put("t", owner=h.me, **cron("*/10 * * * *"))
+    await h.step(1)
+    await h.daemon.stop()
+    devserver.stop()
+    h.daemon = h._make()
+    await h.daemon.open()
+    await h.tick()  # the server is away
+    entry = h.daemon.registry.get("t")
+    assert entry is not None and entry.row.next_fire == T0 + 600
+    h.clock.advance(600)
+    assert len(await h.daemon.fire_due(h.clock.now())) == 1
+    async with asyncio.timeout(10):
+        while h.daemon._runs:
+            await asyncio.wait(set(h.daemon._runs))
+    devserver.restart()
+    await h.repoint(devserver.url)
+    await h.daemon.drain_outbox()
+    assert [r["status"] for r in await h.runs("t")] == ["ok"]
+
+
+async def test_a_server_outage_loses_no_run_record_and_writes_none_twice(
+    h: Harness, devserver: Any
+) -> None:
+    await h.put("t", owner=h.me, **cron("* * * * *"))
+    await h.step(1)
+    devserver.stop()
+    for _ in range(5):
+        h.clock.advance(60)
+        await h.tick()
+        assert len(await h.daemon.fire_due(h.clock.now())) == 1
+        async with asyncio.timeout(10):
+            while h.daemon._runs:
+                await asyncio.wait(set(h.daemon._runs))
+        await h.daemon.drain_outbox()
+    assert h.daemon.outbox_depth >= 0
+    devserver.restart()
+    await h.repoint(devserver.url)
+    await h.daemon.drain_outbox()
+    await h.daemon.drain_outbox()
+    runs = await h.runs("t")
+    assert len(runs) == 5 and len({r["runId"] for r in runs}) == 5
+    assert all(r["_v"] == 1 for r in runs)  # each record written once
+    rec = await h.record("t")
+    assert rec["runCount"] == 5
+
+
+async def test_a_consumed_once_whose_run_never_finished_does_not_fire_again(
+    h: Harness,
+) -> None:
+    await h.put("o", owner=h.me, kind="once", spec={"at": T0 + 10}, program="test:ok@v1")
+    await h.step(1)
+    h.programs.release.clear()
+    h.clock.advance(10)
+    assert len(await h.daemon.fire_due(h.clock.now())) == 1
+
+    async def program_started() -> bool:
+        return len(h.programs.calls) == 1
+
+    await async_wait_until(program_started, what="the program to start")
+    # Simulate a crash: drop the daemon without letting the run finish or the mirror close.
+    for task in list(h.daemon._runs):
+        task.cancel()
+    assert h.daemon.db is not None
+    await h.daemon.db.close()
+    h.daemon.db = None
+    await h.daemon.client.aclose()  # a dead process's sockets die with it
+    h.programs.release.set()
+    h.daemon = h._make()
+    await h.daemon.open()
+    await h.tick()
+    await h.daemon.drain_outbox()
+    assert await h.step(60) == []
+    runs = await h.runs("o")
+    assert [r["status"] for r in runs] == ["interrupted"]
+    assert len(h.programs.calls) == 1
