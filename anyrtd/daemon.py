@@ -91,6 +91,21 @@ class Places:
             return None
 
 
+async def resolve_places(client: ServerClient, space: str) -> Places:
+    """Resolve the trigger type and the bundle children by seed, creating them if missing."""
+    type_id = await client.ensure_type(
+        space, TRIGGER_TYPE_KEY, name="Agent trigger", hidden=True, id_rule="user", dynamic=True
+    )
+    triggers = await client.child(space, BUNDLE, TRIGGERS_SEED, type_id)
+    runs = await client.child(space, BUNDLE, RUNS_SEED, type_id)
+    return Places(
+        space,
+        type_id,
+        Dataset(space, triggers, f"{type_id}_agent_triggers"),
+        Dataset(space, runs, f"{type_id}_agent_runs"),
+    )
+
+
 def new_run_id() -> str:
     """Return a fresh run id."""
     return uuid.uuid4().hex
@@ -360,24 +375,13 @@ class Daemon:
         self._batch.meta.update({**places.to_meta(), "peer_id": peer})
 
     async def _resolve(self) -> tuple[Places, str]:
-        space = self.config.space
-        type_id = await self.client.ensure_type(
-            space, TRIGGER_TYPE_KEY, name="Agent trigger", hidden=True, id_rule="user", dynamic=True
-        )
-        triggers = await self.client.child(space, BUNDLE, TRIGGERS_SEED, type_id)
-        runs = await self.client.child(space, BUNDLE, RUNS_SEED, type_id)
+        places = await resolve_places(self.client, self.config.space)
         devices = await self.client.devices()
         peer = devices.self_id if devices is not None and devices.self_id else None
         if peer is None:
             peer = self.peer_id if self.peer_id and _is_stamp(self.peer_id) else None
         if peer is None:
             peer = f"anyrt-{os.getpid()}"
-        places = Places(
-            space,
-            type_id,
-            Dataset(space, triggers, f"{type_id}_agent_triggers"),
-            Dataset(space, runs, f"{type_id}_agent_runs"),
-        )
         return places, peer
 
     async def _sync(self, now: float) -> None:
@@ -832,4 +836,4 @@ def _is_stamp(peer: str | None) -> bool:
     return peer is not None and peer.startswith("anyrt-")
 
 
-__all__ = ["RUNNING", "Daemon", "Places", "__version__", "run_record"]
+__all__ = ["RUNNING", "Daemon", "Places", "__version__", "resolve_places", "run_record"]
