@@ -162,6 +162,7 @@ class Daemon:
         self._tasks: list[asyncio.Task[None]] = []
         self._runs: set[asyncio.Task[None]] = set()
         self._stopping = False
+        self._server_away = False
         self._started_mono = time.monotonic()
         self.listeners: list[Callable[[], None]] = []
         self.outbox_depth = 0
@@ -365,10 +366,14 @@ class Daemon:
         try:
             places, peer = await self._resolve()
         except (ServerUnavailable, ServerError) as exc:
-            if self.places is None or self.peer_id is None:
-                self.stats.last_error = f"server: {exc}"
+            self.stats.last_error = f"server: {exc}"
+            if not self._server_away:
+                self._server_away = True
                 log.warning("the server is not answering (%s); running from the mirror", exc)
             return
+        if self._server_away:
+            self._server_away = False
+            log.info("the server answers again")
         if peer != self.peer_id:
             log.info("this device's peer id is %s", peer)
         self.places, self.peer_id = places, peer

@@ -23,7 +23,7 @@ CONTEXT_FIELDS = ("trigger", "run", "program")
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 # Libraries that log every HTTP request at INFO: a tick would fill the journal.
-_CHATTY_LOGGERS = ("httpx", "httpcore")
+_CHATTY_LOGGERS = ("alembic", "httpx", "httpcore")
 
 
 def syslog_priority(levelno: int) -> int:
