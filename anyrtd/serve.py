@@ -9,6 +9,7 @@ import signal
 from collections.abc import Callable
 
 from anyrtd.config import Config, ConfigError
+from anyrtd.control.server import ControlServer, ControlStartError
 from anyrtd.daemon import Daemon
 from anyrtd.mirror import SchemaNotAtHead
 from anyrtd.notify import Notifier, run_watchdog
@@ -46,7 +47,12 @@ async def serve(
         await daemon.open()
     except SchemaNotAtHead as exc:
         raise StartError(str(exc)) from None
-    control = None
+    control = ControlServer(daemon)
+    try:
+        await control.start()
+    except ControlStartError as exc:
+        await daemon.stop()
+        raise StartError(str(exc)) from None
     await daemon.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -75,8 +81,7 @@ async def serve(
     for task in helpers:
         with contextlib.suppress(asyncio.CancelledError):
             await task
-    if control is not None:
-        await control.cleanup()
+    await control.stop()
     await daemon.stop()
     log.info("stopped")
 

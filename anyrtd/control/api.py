@@ -1,0 +1,410 @@
+"""The control API: the seeds' trigger routes plus runs, election, health, metrics and OpenAPI.
+
+`make_app(daemon)` builds the aiohttp application; `anyrtd.control.server` serves it
+inside the daemon's loop. Reads come from the registry, the record cache and the
+mirror; writes go through to the trigger record on the server first
+(`Daemon.write_through`), so the next reconcile cannot revert them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from aiohttp import web
+
+from anyrtd import __version__
+from anyrtd.client import ServerError, ServerUnavailable
+from anyrtd.control.guard import GUARD, Guard, error_response, errors_middleware, guard_middleware
+from anyrtd.control.openapi import openapi_document
+from anyrtd.control.views import (
+    metrics_text,
+    run_detail,
+    run_summary,
+    trigger_state,
+    trigger_view,
+)
+from anyrtd.daemon import Daemon
+from anyrtd.mirror import RUNNING, Mirror
+from anyrtd.model import TriggerDef, spec_error
+
+DAEMON = web.AppKey("daemon", Daemon)
+
+RUN_STATUSES = ("ok", "FAILED", "incomplete", "interrupted", RUNNING)
+TRIGGER_RUNS = 20
+DEFAULT_RUNS_LIMIT = 50
+MAX_RUNS_LIMIT = 1000
+PATCHABLE = ("spec", "enabled")
+
+
+class BadRequest(Exception):
+    """The request cannot be served as sent; the message says what to change."""
+
+    def __init__(self, message: str, status: int = 400, code: str = "bad_request") -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+
+def make_app(daemon: Daemon, guard: Guard | None = None) -> web.Application:
+    """Build the control API application for `daemon`."""
+    app = web.Application(
+        middlewares=[errors_middleware, guard_middleware, _bad_request_middleware],
+        client_max_size=256 * 1024,
+    )
+    app[DAEMON] = daemon
+    app[GUARD] = guard or Guard()
+    app.router.add_get("/triggers", list_triggers)
+    app.router.add_get("/triggers/{id}", get_trigger)
+    app.router.add_patch("/triggers/{id}", patch_trigger)
+    app.router.add_get("/triggers/{id}/runs", trigger_runs)
+    app.router.add_post("/triggers/{id}/enable", enable_trigger)
+    app.router.add_post("/triggers/{id}/disable", disable_trigger)
+    app.router.add_post("/triggers/{id}/run", run_trigger)
+    app.router.add_get("/runs", list_runs)
+    app.router.add_get("/runs/{run_id}", get_run)
+    app.router.add_get("/election", election)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/openapi.json", openapi)
+    return app
+
+
+@web.middleware
+async def _bad_request_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    try:
+        response: web.StreamResponse = await handler(request)
+    except BadRequest as exc:
+        return error_response(exc.status, exc.code, str(exc))
+    except ServerUnavailable as exc:
+        return error_response(
+            503,
+            "server_unavailable",
+            f"the any server is not reachable, so nothing was written ({exc}); "
+            "start it or check `server` in the config, then retry",
+        )
+    except ServerError as exc:
+        if exc.code == "tombstoned":
+            return error_response(
+                404, "not_found", f"trigger {request.match_info.get('id')!r} was deleted"
+            )
+        return error_response(
+            502, "server_refused", f"the any server refused the write: {exc.message}"
+        )
+    return response
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _daemon(request: web.Request) -> Daemon:
+    return request.app[DAEMON]
+
+
+def _view(daemon: Daemon, trigger_id: str, *, detail: bool) -> dict[str, Any] | None:
+    entry = daemon.registry.get(trigger_id)
+    parsed = daemon.records.parsed.get(trigger_id)
+    if entry is None and parsed is None:
+        return None
+    raw = None if isinstance(parsed, TriggerDef) else daemon.records.raw(trigger_id)
+    return trigger_view(
+        trigger_id, entry, parsed, raw, daemon.peer_id, daemon.clock.now(), detail=detail
+    )
+
+
+def _known(request: web.Request) -> tuple[Daemon, str]:
+    daemon = _daemon(request)
+    trigger_id = request.match_info["id"]
+    if trigger_id not in daemon.registry and trigger_id not in daemon.records.parsed:
+        raise BadRequest(
+            f"no trigger {trigger_id!r} among this daemon's records: "
+            "`anyrtd triggers list --all` shows the ones it knows",
+            status=404,
+            code="not_found",
+        )
+    return daemon, trigger_id
+
+
+def _flag(request: web.Request, name: str) -> bool:
+    value = request.query.get(name)
+    if value is None:
+        return False
+    text = value.strip().lower()
+    if text in ("", "1", "true", "yes"):
+        return True
+    if text in ("0", "false", "no"):
+        return False
+    raise BadRequest(f"query parameter {name}={value!r}: use true or false")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text} is out of range")
+    return value
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+async def _json_body(request: web.Request) -> Any:
+    body = await request.read()
+    if not body.strip():
+        raise BadRequest('send a JSON object, e.g. {"enabled": false}')
+    try:
+        return json.loads(
+            body.decode("utf-8"), parse_float=_finite_float, parse_constant=_refuse_constant
+        )
+    except (ValueError, RecursionError) as exc:
+        raise BadRequest(f"the body is not valid JSON: {str(exc)[:200]}") from None
+
+
+async def _write(
+    daemon: Daemon, trigger_id: str, fields: Mapping[str, Any], unset: Iterable[str] = ()
+) -> dict[str, Any]:
+    await daemon.write_through(trigger_id, fields, unset)
+    view = _view(daemon, trigger_id, detail=True)
+    if view is None:
+        raise BadRequest(f"trigger {trigger_id!r} was deleted", status=404, code="not_found")
+    return view
+
+
+def _enable_fields(daemon: Daemon, trigger_id: str) -> tuple[dict[str, Any], list[str]]:
+    """Return the write that enables a trigger and resets its breaker."""
+    parsed = daemon.records.parsed.get(trigger_id)
+    if isinstance(parsed, TriggerDef):
+        last_status = parsed.rollup.last_status
+    else:
+        last_status = (daemon.records.raw(trigger_id) or {}).get("lastStatus")
+    unset = ["lastStatus"] if last_status == "auto_disabled" else []
+    return {"enabled": True, "consecutiveFailures": 0}, unset
+
+
+# --------------------------------------------------------------------------- triggers
+
+
+async def list_triggers(request: web.Request) -> web.Response:
+    """GET /triggers: every registry entry (with ?all=true, every record this daemon knows)."""
+    daemon = _daemon(request)
+    everything = _flag(request, "all")
+    now = daemon.clock.now()
+    peer = daemon.peer_id
+    parsed = daemon.records.parsed
+    entries = daemon.registry.entries
+    views = [
+        trigger_view(tid, entry, parsed.get(tid), None, peer, now) for tid, entry in entries.items()
+    ]
+    if everything:
+        for tid, item in parsed.items():
+            if tid not in entries:
+                raw = None if isinstance(item, TriggerDef) else daemon.records.raw(tid)
+                views.append(trigger_view(tid, None, item, raw, peer, now))
+    views.sort(key=lambda v: v["id"])
+    return web.json_response(views)
+
+
+async def get_trigger(request: web.Request) -> web.Response:
+    """GET /triggers/:id: one trigger with its next fire times."""
+    daemon, trigger_id = _known(request)
+    view = _view(daemon, trigger_id, detail=True)
+    assert view is not None
+    return web.json_response(view)
+
+
+async def trigger_runs(request: web.Request) -> web.Response:
+    """GET /triggers/:id/runs: the 20 newest run summaries."""
+    daemon, trigger_id = _known(request)
+    rows = await daemon.db_call(lambda m: m.runs(trigger_id=trigger_id, limit=TRIGGER_RUNS))
+    return web.json_response([run_summary(r) for r in rows])
+
+
+async def patch_trigger(request: web.Request) -> web.Response:
+    """PATCH /triggers/:id {spec?, enabled?}: write through; a new spec re-arms forward."""
+    daemon, trigger_id = _known(request)
+    body = await _json_body(request)
+    if not isinstance(body, dict):
+        raise BadRequest('the body must be a JSON object such as {"enabled": false}')
+    unknown = sorted(set(body) - set(PATCHABLE))
+    if unknown:
+        raise BadRequest(
+            f"cannot change {', '.join(unknown)} here: PATCH takes spec and enabled; "
+            "use `anyrtd triggers edit` for the other fields"
+        )
+    if not body:
+        raise BadRequest('nothing to change: send spec and/or enabled, e.g. {"enabled": false}')
+    fields: dict[str, Any] = {}
+    unset: list[str] = []
+    parsed = daemon.records.parsed.get(trigger_id)
+    if "spec" in body:
+        kind = parsed.kind if isinstance(parsed, TriggerDef) else _raw_kind(daemon, trigger_id)
+        problem = spec_error(kind, body["spec"])
+        if problem is not None:
+            raise BadRequest(f"spec refused, nothing was written: {problem}", code="invalid_spec")
+        fields["spec"] = body["spec"]
+        if kind == "once" and isinstance(parsed, TriggerDef) and body["spec"] != parsed.spec:
+            # A once takes lastRunAt as its consumed state: a new `at` re-arms the shot.
+            unset.append("lastRunAt")
+    if "enabled" in body:
+        enabled = body["enabled"]
+        if not isinstance(enabled, bool):
+            raise BadRequest(f"enabled must be true or false, not {json.dumps(enabled)[:40]}")
+        if enabled:
+            more, extra_unset = _enable_fields(daemon, trigger_id)
+            fields.update(more)
+            unset += extra_unset
+        else:
+            fields["enabled"] = False
+    return web.json_response(await _write(daemon, trigger_id, fields, unset))
+
+
+def _raw_kind(daemon: Daemon, trigger_id: str) -> str:
+    kind = (daemon.records.raw(trigger_id) or {}).get("kind")
+    return kind if isinstance(kind, str) else repr(kind)
+
+
+async def enable_trigger(request: web.Request) -> web.Response:
+    """POST /triggers/:id/enable: enable and reset the breaker."""
+    daemon, trigger_id = _known(request)
+    fields, unset = _enable_fields(daemon, trigger_id)
+    return web.json_response(await _write(daemon, trigger_id, fields, unset))
+
+
+async def disable_trigger(request: web.Request) -> web.Response:
+    """POST /triggers/:id/disable."""
+    daemon, trigger_id = _known(request)
+    return web.json_response(await _write(daemon, trigger_id, {"enabled": False}))
+
+
+async def run_trigger(request: web.Request) -> web.Response:
+    """POST /triggers/:id/run: run now, outside the schedule (a manual run)."""
+    daemon, trigger_id = _known(request)
+    entry = daemon.registry.get(trigger_id)
+    if entry is None:
+        parsed = daemon.records.parsed.get(trigger_id)
+        owner = parsed.owner if isinstance(parsed, TriggerDef) else None
+        where = f"pinned to {owner}" if owner else "not held by any device yet"
+        if parsed is not None and not isinstance(parsed, TriggerDef):
+            where = "malformed"
+        raise BadRequest(
+            f"trigger {trigger_id!r} is {where}, not in this device's registry "
+            f"(peer {daemon.peer_id}): run it on its device, or pin it here with "
+            f"`anyrtd triggers pin {trigger_id} {daemon.peer_id}`",
+            status=409,
+            code="not_adopted",
+        )
+    run_id = await daemon.run_now(trigger_id)
+    if run_id is None:
+        raise BadRequest(f"trigger {trigger_id!r} could not be started", status=409, code="busy")
+    return web.json_response(
+        {"runId": run_id, "triggerId": trigger_id, "status": RUNNING}, status=202
+    )
+
+
+# --------------------------------------------------------------------------- runs
+
+
+async def list_runs(request: web.Request) -> web.Response:
+    """GET /runs?trigger=&status=&limit=: the newest runs on this device."""
+    daemon = _daemon(request)
+    trigger = request.query.get("trigger") or None
+    status = request.query.get("status") or None
+    if status is not None and status not in RUN_STATUSES:
+        raise BadRequest(f"status {status!r} is not one of {', '.join(RUN_STATUSES)}")
+    limit_text = request.query.get("limit")
+    limit = DEFAULT_RUNS_LIMIT
+    if limit_text is not None:
+        if not limit_text.strip().isdigit() or not 1 <= int(limit_text) <= MAX_RUNS_LIMIT:
+            raise BadRequest(
+                f"limit {limit_text!r}: give a whole number from 1 to {MAX_RUNS_LIMIT}"
+            )
+        limit = int(limit_text)
+    rows = await daemon.db_call(lambda m: m.runs(trigger_id=trigger, status=status, limit=limit))
+    return web.json_response([run_summary(r) for r in rows])
+
+
+async def get_run(request: web.Request) -> web.Response:
+    """GET /runs/:runId: one run with its result and captured output."""
+    daemon = _daemon(request)
+    run_id = request.match_info["run_id"]
+    row = await daemon.db_call(lambda m: m.run(run_id))
+    if row is None:
+        raise BadRequest(
+            f"no run {run_id!r} on this device: `anyrtd runs list` shows the recent ones",
+            status=404,
+            code="not_found",
+        )
+    return web.json_response(run_detail(row))
+
+
+# --------------------------------------------------------------------------- the rest
+
+
+async def election(request: web.Request) -> web.Response:
+    """GET /election: this device's verdict as the gate holds it."""
+    daemon = _daemon(request)
+    return web.json_response(daemon.gate.describe(daemon.peer_id))
+
+
+def _tick_age(daemon: Daemon) -> float | None:
+    if daemon.last_tick_mono is None:
+        return None
+    return max(0.0, daemon.clock.monotonic() - daemon.last_tick_mono)
+
+
+async def healthz(request: web.Request) -> web.Response:
+    """GET /healthz: liveness and the age of the last tick (503 when ticks have stalled)."""
+    daemon = _daemon(request)
+    age = _tick_age(daemon)
+    stale_after = max(3 * daemon.config.tick_s, 30.0)
+    status = "starting" if age is None else "ok" if age <= stale_after else "stale"
+    body = {
+        "status": status,
+        "version": __version__,
+        "now": daemon.clock.now(),
+        "lastTickAt": daemon.last_tick_at,
+        "lastTickAgeS": None if age is None else round(age, 3),
+        "staleAfterS": stale_after,
+        "tickS": daemon.config.tick_s,
+        "peerId": daemon.peer_id,
+        "verdict": daemon.gate.verdict,
+        "triggers": len(daemon.registry),
+        "serverResolved": daemon.places is not None,
+        "lastError": daemon.stats.last_error,
+    }
+    return web.json_response(body, status=200 if status == "ok" else 503)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """GET /metrics: Prometheus text."""
+    daemon = _daemon(request)
+    peer = daemon.peer_id
+    parsed = daemon.records.parsed
+    states: Counter[str] = Counter()
+    for tid, entry in daemon.registry.entries.items():
+        item = parsed.get(tid)
+        last_status = item.rollup.last_status if isinstance(item, TriggerDef) else None
+        states[trigger_state(entry, entry.defn, peer, last_status)] += 1
+    depth = await daemon.db_call(Mirror.outbox_depth)
+    daemon.outbox_depth = depth
+    text = metrics_text(
+        states=states,
+        stats=daemon.stats,
+        outbox_depth=depth,
+        verdict=daemon.gate.verdict,
+        last_tick_age=_tick_age(daemon),
+        peer_id=peer,
+        version=__version__,
+    )
+    return web.Response(
+        body=text.encode("utf-8"),
+        headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
+    )
+
+
+async def openapi(request: web.Request) -> web.Response:
+    """GET /openapi.json: this API described in OpenAPI 3.1."""
+    return web.json_response(openapi_document(__version__))

@@ -1,0 +1,176 @@
+"""What keeps the control API to its owner: loopback `Host`, no cross-site writes, a bearer token.
+
+A web page in the user's browser can send requests to 127.0.0.1. Two tricks are
+closed here: DNS rebinding (a foreign name that resolves to 127.0.0.1, caught by
+the `Host` check) and cross-site writes (a page POSTing a form or text/plain,
+caught by the `Origin`, `Sec-Fetch-Site` and content-type checks). A bodiless
+`curl -X POST` carries none of these marks and works.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from aiohttp import web
+
+from anyrtd.control.address import is_loopback_host, split_host_header
+
+log = logging.getLogger("anyrtd.control")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+MUTATING = frozenset({"POST", "PATCH", "PUT", "DELETE"})
+
+
+@dataclass(frozen=True)
+class Guard:
+    """The listener's safety settings: the bearer token (TCP only) and extra allowed host names."""
+
+    token: str | None = None
+    unix: bool = False
+    extra_hosts: frozenset[str] = frozenset()
+
+
+GUARD = web.AppKey("guard", Guard)
+
+
+def error_response(status: int, code: str, message: str) -> web.Response:
+    """Return the error body every route uses: `{"error": {"code", "message"}}`."""
+    return web.json_response({"error": {"code": code, "message": message}}, status=status)
+
+
+def _origin_is_loopback(origin: str) -> bool:
+    try:
+        parts = urlsplit(origin)
+        host = parts.hostname
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and host is not None and is_loopback_host(host)
+
+
+def _is_json(content_type: str) -> bool:
+    return content_type == "application/json" or (
+        content_type.startswith("application/") and content_type.endswith("+json")
+    )
+
+
+def refusal(request: web.Request, guard: Guard) -> web.Response | None:
+    """Return the refusal for a request the listener must not answer, or None."""
+    if not guard.unix:
+        raw_host = request.headers.get("Host", "")
+        host = split_host_header(raw_host).lower()
+        if not (is_loopback_host(host) or host in guard.extra_hosts):
+            return error_response(
+                403,
+                "forbidden_host",
+                f"Host {raw_host!r} is not a loopback name: the control API answers only "
+                "requests addressed to localhost, 127.0.0.1 or [::1]",
+            )
+        if guard.token is not None:
+            sent = request.headers.get("Authorization", "")
+            scheme, _, value = sent.partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(
+                value.strip().encode(), guard.token.encode()
+            ):
+                response = error_response(
+                    401,
+                    "unauthorized",
+                    "this control API needs `Authorization: Bearer <token>`; the token is in "
+                    "the file named by token_file in the daemon's config",
+                )
+                response.headers["WWW-Authenticate"] = 'Bearer realm="anyrtd"'
+                return response
+    if request.method not in MUTATING:
+        return None
+    origin = request.headers.get("Origin")
+    if origin is not None and not _origin_is_loopback(origin):
+        return error_response(
+            403,
+            "cross_origin",
+            f"Origin {origin!r} is not this machine: the control API takes changes only "
+            "from local tools (curl, the anyrtd CLI), not from web pages",
+        )
+    if request.headers.get("Sec-Fetch-Site", "").lower() == "cross-site":
+        return error_response(
+            403,
+            "cross_site",
+            "a cross-site request (Sec-Fetch-Site: cross-site) cannot change triggers",
+        )
+    has_body = (
+        bool(request.content_length)
+        or "chunked" in request.headers.get("Transfer-Encoding", "").lower()
+    )
+    if "Content-Type" in request.headers or has_body:
+        content_type = request.content_type.lower()
+        if has_body and not _is_json(content_type):
+            return error_response(
+                415,
+                "unsupported_media_type",
+                f"a body of type {content_type or 'unknown'} is not accepted: send JSON with "
+                "`Content-Type: application/json`, or no body at all",
+            )
+        if (
+            not has_body
+            and content_type not in ("", "application/octet-stream")
+            and not _is_json(content_type)
+        ):
+            return error_response(
+                415,
+                "unsupported_media_type",
+                f"Content-Type {content_type} is not accepted: send JSON or no body at all",
+            )
+    return None
+
+
+@web.middleware
+async def guard_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Refuse what the guard refuses before any handler runs."""
+    refused = refusal(request, request.app[GUARD])
+    if refused is not None:
+        return refused
+    return await handler(request)
+
+
+@web.middleware
+async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Turn every failure into a JSON error body; never answer 500."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        if exc.content_type == "application/json":
+            raise
+        text = exc.text or exc.reason
+        if exc.status == 404:
+            text = f"no route {request.method} {request.path}: see GET /openapi.json"
+        elif exc.status == 405:
+            text = f"{request.method} is not allowed on {request.path}: see GET /openapi.json"
+        response = error_response(exc.status, _code(exc.status), text.strip())
+        for header in ("Allow", "WWW-Authenticate"):
+            if header in exc.headers:
+                response.headers[header] = exc.headers[header]
+        return response
+    except Exception as exc:  # the last guard: no request may produce a 500
+        log.exception("control API: %s %s failed", request.method, request.path)
+        return error_response(
+            503,
+            "internal",
+            f"the daemon could not answer ({exc.__class__.__name__}); see its log and retry",
+        )
+
+
+def _code(status: int) -> str:
+    return {
+        400: "bad_request",
+        401: "unauthorized",
+        403: "forbidden",
+        404: "not_found",
+        405: "method_not_allowed",
+        409: "conflict",
+        413: "too_large",
+        415: "unsupported_media_type",
+    }.get(status, "error")

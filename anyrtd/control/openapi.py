@@ -1,0 +1,357 @@
+"""The OpenAPI 3.1 description of the control API (served at `GET /openapi.json`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+_NUM_OR_NULL: dict[str, Any] = {"type": ["number", "null"]}
+_STR_OR_NULL: dict[str, Any] = {"type": ["string", "null"]}
+
+
+def _ref(name: str) -> dict[str, Any]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _errors(*statuses: int) -> dict[str, Any]:
+    words = {
+        400: "Bad input: the message says what to change.",
+        401: "A bearer token is required (TCP listener with token_file).",
+        403: "Refused: the Host is not loopback, or a cross-site write.",
+        404: "No such trigger or run.",
+        409: "The trigger is not in this device's registry.",
+        415: "A body that is not JSON.",
+        502: "The any server refused the write.",
+        503: "The any server is not reachable; nothing was written.",
+    }
+    return {str(s): _json(_ref("Error"), words[s]) for s in statuses}
+
+
+_ID_PARAM = {
+    "name": "id",
+    "in": "path",
+    "required": True,
+    "description": "The trigger record id.",
+    "schema": {"type": "string"},
+}
+
+_SCHEMAS: dict[str, Any] = {
+    "Error": {
+        "type": "object",
+        "required": ["error"],
+        "properties": {
+            "error": {
+                "type": "object",
+                "required": ["code", "message"],
+                "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+            }
+        },
+    },
+    "Trigger": {
+        "type": "object",
+        "description": "A registry entry (or, with ?all=true, a record this daemon knows). "
+        "The first nine keys are the seeds'; the rest are anyrtd's additions.",
+        "required": [
+            "id",
+            "name",
+            "kind",
+            "owner",
+            "enabled",
+            "lastRunAt",
+            "lastStatus",
+            "consecutiveFailures",
+            "limits",
+        ],
+        "properties": {
+            "id": {"type": "string"},
+            "name": {"type": "string"},
+            "kind": {"type": ["string", "null"], "enum": ["cron", "once", "event", None]},
+            "owner": {"type": "string", "description": "The device pin; empty = unassigned."},
+            "enabled": {"type": "boolean"},
+            "lastRunAt": _NUM_OR_NULL,
+            "lastStatus": _STR_OR_NULL,
+            "consecutiveFailures": {"type": "integer"},
+            "limits": {"type": "object"},
+            "spec": {},
+            "program": _STR_OR_NULL,
+            "args": {"type": "object"},
+            "maxConsecutiveFailures": {"type": "integer"},
+            "runCount": {"type": "integer"},
+            "lastDurationMs": _NUM_OR_NULL,
+            "lastRunRef": _STR_OR_NULL,
+            "adopted": {"type": "boolean", "description": "In this device's registry."},
+            "state": {
+                "type": "string",
+                "description": "scheduled, listening, running, idle, disabled, auto_disabled, "
+                "consumed, claiming, invalid_spec, unsupported_source, unassigned, "
+                "pinned_here, pinned_elsewhere or malformed.",
+            },
+            "running": {"type": "integer"},
+            "marker": _STR_OR_NULL,
+            "markerReason": _STR_OR_NULL,
+            "malformed": {"type": "string", "description": "Why the record is skipped."},
+            "nextFire": _NUM_OR_NULL,
+            "nextFires": {"type": "array", "items": {"type": "number"}},
+            "armedAt": _NUM_OR_NULL,
+            "claimedAt": _NUM_OR_NULL,
+            "version": {"type": ["integer", "null"]},
+        },
+    },
+    "TriggerPatch": {
+        "type": "object",
+        "additionalProperties": False,
+        "minProperties": 1,
+        "properties": {
+            "spec": {
+                "type": "object",
+                "description": 'Per kind: {"cron": "<expr>", "tz"?} or {"every_s": n}; '
+                '{"at": <epoch s>}; {"dataset": "chat_messages", "objectId", "spaceId"?}.',
+            },
+            "enabled": {"type": "boolean"},
+        },
+    },
+    "Run": {
+        "type": "object",
+        "description": "A run summary: the agent_runs record's fields plus scheduledAt and error.",
+        "required": ["runId", "triggerId", "program", "device", "startedAt", "status"],
+        "properties": {
+            "runId": {"type": "string"},
+            "triggerId": _STR_OR_NULL,
+            "program": {"type": "string"},
+            "device": {"type": "string"},
+            "startedAt": {"type": "number"},
+            "endedAt": _NUM_OR_NULL,
+            "durationMs": {"type": ["integer", "null"]},
+            "status": {
+                "type": "string",
+                "enum": ["running", "ok", "FAILED", "incomplete", "interrupted"],
+            },
+            "errorType": _STR_OR_NULL,
+            "error": _STR_OR_NULL,
+            "turns": {"type": "integer"},
+            "cells": {"type": "integer"},
+            "effects": {"type": "integer"},
+            "mutations": {"type": "integer"},
+            "tokens": {"type": "object"},
+            "costUsd": _NUM_OR_NULL,
+            "model": _STR_OR_NULL,
+            "title": _STR_OR_NULL,
+            "scheduledAt": _NUM_OR_NULL,
+        },
+    },
+    "RunDetail": {
+        "allOf": [
+            _ref("Run"),
+            {
+                "type": "object",
+                "required": ["result", "output", "outputDropped"],
+                "properties": {
+                    "result": {"type": "object"},
+                    "output": {"type": "string", "description": "Captured stdout and stderr."},
+                    "outputDropped": {"type": "integer"},
+                },
+            },
+        ]
+    },
+    "RunStarted": {
+        "type": "object",
+        "required": ["runId", "triggerId", "status"],
+        "properties": {
+            "runId": {"type": "string"},
+            "triggerId": {"type": "string"},
+            "status": {"const": "running"},
+        },
+    },
+    "Election": {
+        "type": "object",
+        "required": ["app", "enabled", "active", "peerId", "winner"],
+        "properties": {
+            "app": {"type": "string"},
+            "enabled": {"type": "boolean", "description": "False when the election is off."},
+            "active": {"type": "boolean"},
+            "peerId": _STR_OR_NULL,
+            "winner": _STR_OR_NULL,
+            "verdict": {"type": "string", "enum": ["active", "standby", "pruned"]},
+        },
+    },
+    "Health": {
+        "type": "object",
+        "required": ["status", "lastTickAt", "lastTickAgeS"],
+        "properties": {
+            "status": {"type": "string", "enum": ["ok", "stale", "starting"]},
+            "version": {"type": "string"},
+            "now": {"type": "number"},
+            "lastTickAt": _NUM_OR_NULL,
+            "lastTickAgeS": _NUM_OR_NULL,
+            "staleAfterS": {"type": "number"},
+            "tickS": {"type": "number"},
+            "peerId": _STR_OR_NULL,
+            "verdict": {"type": "string"},
+            "triggers": {"type": "integer"},
+            "serverResolved": {"type": "boolean"},
+            "lastError": _STR_OR_NULL,
+        },
+    },
+}
+
+
+def _trigger_op(summary: str, *, errors: tuple[int, ...] = (404,)) -> dict[str, Any]:
+    return {
+        "summary": summary,
+        "parameters": [_ID_PARAM],
+        "responses": {"200": _json(_ref("Trigger"), "The trigger."), **_errors(*errors)},
+    }
+
+
+def _paths() -> dict[str, Any]:
+    write_errors = (400, 403, 404, 415, 502, 503)
+    return {
+        "/triggers": {
+            "get": {
+                "summary": "Every registry entry on this device.",
+                "parameters": [
+                    {
+                        "name": "all",
+                        "in": "query",
+                        "required": False,
+                        "description": "Also list records this device does not hold "
+                        "(pinned elsewhere, unassigned, malformed).",
+                        "schema": {"type": "boolean"},
+                    }
+                ],
+                "responses": {
+                    "200": _json({"type": "array", "items": _ref("Trigger")}, "The entries."),
+                    **_errors(400),
+                },
+            }
+        },
+        "/triggers/{id}": {
+            "get": _trigger_op("One trigger, with its next fire times."),
+            "patch": {
+                **_trigger_op(
+                    "Change spec and/or enabled; a new spec re-arms forward. Writes through.",
+                    errors=write_errors,
+                ),
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref("TriggerPatch")}},
+                },
+            },
+        },
+        "/triggers/{id}/runs": {
+            "get": {
+                "summary": "The 20 newest run summaries of a trigger.",
+                "parameters": [_ID_PARAM],
+                "responses": {
+                    "200": _json({"type": "array", "items": _ref("Run")}, "Newest first."),
+                    **_errors(404),
+                },
+            }
+        },
+        "/triggers/{id}/enable": {
+            "post": _trigger_op(
+                "Enable and reset the breaker. Writes through.", errors=write_errors
+            )
+        },
+        "/triggers/{id}/disable": {
+            "post": _trigger_op("Disable. Writes through.", errors=write_errors)
+        },
+        "/triggers/{id}/run": {
+            "post": {
+                "summary": "Run now, outside the schedule (a manual run, scheduledAt null).",
+                "parameters": [_ID_PARAM],
+                "responses": {
+                    "202": _json(_ref("RunStarted"), "The run started."),
+                    **_errors(403, 404, 409, 415),
+                },
+            }
+        },
+        "/runs": {
+            "get": {
+                "summary": "The newest runs on this device.",
+                "parameters": [
+                    {"name": "trigger", "in": "query", "schema": {"type": "string"}},
+                    {
+                        "name": "status",
+                        "in": "query",
+                        "schema": {
+                            "type": "string",
+                            "enum": ["running", "ok", "FAILED", "incomplete", "interrupted"],
+                        },
+                    },
+                    {
+                        "name": "limit",
+                        "in": "query",
+                        "schema": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 50},
+                    },
+                ],
+                "responses": {
+                    "200": _json({"type": "array", "items": _ref("Run")}, "Newest first."),
+                    **_errors(400),
+                },
+            }
+        },
+        "/runs/{runId}": {
+            "get": {
+                "summary": "One run, with its result and captured output.",
+                "parameters": [
+                    {"name": "runId", "in": "path", "required": True, "schema": {"type": "string"}}
+                ],
+                "responses": {"200": _json(_ref("RunDetail"), "The run."), **_errors(404)},
+            }
+        },
+        "/election": {
+            "get": {
+                "summary": "This device's election verdict.",
+                "responses": {"200": _json(_ref("Election"), "The verdict.")},
+            }
+        },
+        "/healthz": {
+            "get": {
+                "summary": "Liveness and the age of the last tick.",
+                "responses": {
+                    "200": _json(_ref("Health"), "Ticking."),
+                    "503": _json(_ref("Health"), "Not ticking (stalled, or starting)."),
+                },
+            }
+        },
+        "/metrics": {
+            "get": {
+                "summary": "Prometheus text: triggers by state, runs by status, fire lag, tick "
+                "duration, outbox depth, election verdict.",
+                "responses": {
+                    "200": {
+                        "description": "Prometheus text exposition format 0.0.4.",
+                        "content": {"text/plain": {"schema": {"type": "string"}}},
+                    }
+                },
+            }
+        },
+        "/openapi.json": {
+            "get": {
+                "summary": "This document.",
+                "responses": {"200": _json({"type": "object"}, "OpenAPI 3.1.")},
+            }
+        },
+    }
+
+
+def openapi_document(version: str) -> dict[str, Any]:
+    """Return the OpenAPI document of the control API."""
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "anyrtd control API",
+            "version": version,
+            "description": "Monitor and steer the triggers this device holds. Mutating routes "
+            "write through to the trigger record. Loopback only; see docs/control-api.md.",
+        },
+        "paths": _paths(),
+        "components": {
+            "schemas": _SCHEMAS,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+    }

@@ -1,0 +1,150 @@
+"""Serve the control API inside the daemon's loop: an `AppRunner` with a TCP or unix-socket site."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import socket
+import stat
+from pathlib import Path
+
+from aiohttp import web
+
+from anyrtd.control.address import (
+    AddressError,
+    TcpAddress,
+    UnixAddress,
+    is_loopback_host,
+    parse_listen,
+    read_token,
+)
+from anyrtd.control.api import make_app
+from anyrtd.control.guard import Guard
+from anyrtd.daemon import Daemon
+
+log = logging.getLogger("anyrtd.control")
+
+
+class ControlStartError(Exception):
+    """The control API cannot listen; the message says why and what to do."""
+
+
+class ControlServer:
+    """The control API's listener: start after `Daemon.open()`, stop before `Daemon.stop()`."""
+
+    def __init__(self, daemon: Daemon, listen: str | None = None, token_file: Path | None = None):
+        self.daemon = daemon
+        self.listen = listen if listen is not None else daemon.config.listen
+        self.token_file = token_file if token_file is not None else daemon.config.token_file
+        self.address: TcpAddress | UnixAddress | None = None
+        self._runner: web.AppRunner | None = None
+        self._socket_path: Path | None = None
+
+    @property
+    def url(self) -> str:
+        """Return the base URL (for a unix socket, the URL to use over the socket)."""
+        assert self.address is not None, "the control API is not started"
+        return self.address.url
+
+    async def start(self) -> None:
+        """Listen; raise `ControlStartError` with a one-line reason when that is impossible."""
+        try:
+            address = parse_listen(self.listen)
+            token = None
+            if isinstance(address, TcpAddress) and self.token_file is not None:
+                token = read_token(self.token_file, check_mode=True)
+        except AddressError as exc:
+            raise ControlStartError(str(exc)) from None
+        unix = isinstance(address, UnixAddress)
+        extra: frozenset[str] = frozenset()
+        if isinstance(address, TcpAddress) and not is_loopback_host(address.host):
+            extra = frozenset({address.host.lower()})
+            if address.host not in ("0.0.0.0", "::"):
+                extra |= {f"[{address.host.lower()}]"}
+            if token is None:
+                log.warning(
+                    "the control API listens on %s, which is not loopback, without a token: "
+                    "set token_file in the config",
+                    address,
+                )
+        runner = web.AppRunner(
+            make_app(self.daemon, Guard(token=token, unix=unix, extra_hosts=extra)),
+            access_log=None,
+            handle_signals=False,
+        )
+        await runner.setup()
+        try:
+            if isinstance(address, UnixAddress):
+                sock = _bind_unix(address.path)
+                self._socket_path = address.path
+                site: web.BaseSite = web.SockSite(runner, sock)
+            else:
+                site = web.TCPSite(runner, address.host, address.port, reuse_address=True)
+            await site.start()
+        except ControlStartError:
+            await runner.cleanup()
+            raise
+        except OSError as exc:
+            await runner.cleanup()
+            hint = (
+                "is another anyrtd running? stop it or pick another --listen"
+                if exc.errno == errno.EADDRINUSE
+                else "pick another --listen"
+            )
+            raise ControlStartError(
+                f"cannot listen on {address}: {exc.strerror or exc}; {hint}"
+            ) from None
+        self._runner = runner
+        if isinstance(address, TcpAddress):
+            bound = runner.addresses[0]
+            address = TcpAddress(address.host, int(bound[1]))
+        self.address = address
+        log.info("control API listening on %s%s", address, " (bearer token)" if token else "")
+
+    async def stop(self) -> None:
+        """Stop listening and remove the socket file."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self._socket_path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                self._socket_path.unlink()
+            self._socket_path = None
+
+
+def _bind_unix(path: Path) -> socket.socket:
+    """Bind a unix socket at `path`, mode 0600 from its first moment."""
+    if path.exists() or path.is_symlink():
+        if not stat.S_ISSOCK(path.lstat().st_mode):
+            raise ControlStartError(
+                f"cannot listen on unix:{path}: a file that is not a socket is in the way"
+            )
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(str(path))
+        except OSError:
+            path.unlink()  # stale: left by a daemon that did not stop cleanly
+        else:
+            raise ControlStartError(
+                f"cannot listen on unix:{path}: another process answers there; "
+                "is another anyrtd running?"
+            )
+        finally:
+            probe.close()
+    if not path.parent.exists():
+        path.parent.mkdir(parents=True, mode=0o700)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    # The umask makes the socket 0600 as it is created, with no window where others could connect.
+    old = os.umask(0o177)
+    try:
+        sock.bind(str(path))
+    except OSError as exc:
+        sock.close()
+        raise ControlStartError(f"cannot listen on unix:{path}: {exc.strerror or exc}") from None
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    sock.setblocking(False)
+    return sock

@@ -1,0 +1,258 @@
+"""The JSON shapes of the control API, built from registry entries, records and run rows.
+
+Pure: `now` is passed in. The seeds' keys (`id, name, kind, owner, enabled, lastRunAt,
+lastStatus, consecutiveFailures, limits`) come first; the rest are anyrtd's additions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from anyrtd.daemon import run_record
+from anyrtd.metrics import Histogram, Stats
+from anyrtd.mirror import RunRow
+from anyrtd.model import Malformed, TriggerDef, is_unassigned, marker_reason
+from anyrtd.registry import Entry
+from anyrtd.schedule import preview
+
+NEXT_FIRES = 5
+
+
+def trigger_state(
+    entry: Entry | None, defn: TriggerDef | None, peer_id: str | None, last_status: str | None
+) -> str:
+    """Return one word for where a trigger stands on this device."""
+    if defn is None:
+        return "malformed"
+    if entry is None:
+        if is_unassigned(defn.owner):
+            return "unassigned"
+        return "pinned_here" if defn.owner == peer_id else "pinned_elsewhere"
+    row = entry.row
+    if row.claimed_at is not None:
+        return "claiming"
+    if row.marker is not None:
+        return row.marker
+    if not row.enabled:
+        if last_status == "auto_disabled":
+            return "auto_disabled"
+        return "consumed" if defn.kind == "once" and row.consumed else "disabled"
+    if entry.running:
+        return "running"
+    if defn.kind == "event":
+        return "listening"
+    return "scheduled" if row.next_fire is not None else "idle"
+
+
+def trigger_view(
+    trigger_id: str,
+    entry: Entry | None,
+    parsed: TriggerDef | Malformed | None,
+    raw: Mapping[str, Any] | None,
+    peer_id: str | None,
+    now: float,
+    *,
+    detail: bool = False,
+) -> dict[str, Any]:
+    """Return the control API's view of one trigger (a registry entry or a known record)."""
+    defn = parsed if isinstance(parsed, TriggerDef) else entry.defn if entry is not None else None
+    if defn is None:
+        return _malformed_view(trigger_id, parsed, raw)
+    rollup = defn.rollup
+    row = entry.row if entry is not None else None
+    next_fire = row.next_fire if row is not None else None
+    view: dict[str, Any] = {
+        "id": trigger_id,
+        "name": defn.name,
+        "kind": defn.kind,
+        "owner": defn.owner,
+        "enabled": row.enabled if row is not None else defn.enabled,
+        "lastRunAt": rollup.last_run_at,
+        "lastStatus": rollup.last_status,
+        "consecutiveFailures": (
+            row.consecutive_failures if row is not None else rollup.consecutive_failures
+        ),
+        "limits": dict(defn.limits),
+        "spec": dict(defn.spec),
+        "program": defn.program,
+        "args": dict(defn.args),
+        "maxConsecutiveFailures": defn.max_consecutive_failures,
+        "runCount": row.run_count if row is not None else rollup.run_count,
+        "lastDurationMs": rollup.last_duration_ms,
+        "lastRunRef": rollup.last_run_ref,
+        "adopted": entry is not None,
+        "state": trigger_state(entry, defn, peer_id, rollup.last_status),
+        "running": entry.running if entry is not None else 0,
+        "marker": row.marker if row is not None else None,
+        "nextFire": next_fire,
+        "nextFires": [] if next_fire is None else [next_fire],
+        "version": defn.version,
+    }
+    if detail:
+        view["nextFires"] = next_fires(entry, now)
+        view["markerReason"] = marker_reason(defn, now) if view["marker"] else None
+        view["armedAt"] = row.armed_at if row is not None else None
+        view["claimedAt"] = row.claimed_at if row is not None else None
+    return view
+
+
+def next_fires(entry: Entry | None, now: float, n: int = NEXT_FIRES) -> list[float]:
+    """Return the next `n` fire times of an armed entry, starting with the armed one."""
+    if entry is None or entry.row.next_fire is None:
+        return []
+    first = entry.row.next_fire
+    if entry.defn.kind != "cron":
+        return [first]
+    return [first, *preview(entry.defn, first, n - 1, anchor=entry.row.armed_at)]
+
+
+def _malformed_view(
+    trigger_id: str, parsed: TriggerDef | Malformed | None, raw: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    raw = raw or {}
+
+    def pick(key: str, kind: type | tuple[type, ...]) -> Any:
+        value = raw.get(key)
+        return value if isinstance(value, kind) and not isinstance(value, bool) else None
+
+    enabled = raw.get("enabled")
+    return {
+        "id": trigger_id,
+        "name": pick("name", str) or trigger_id,
+        "kind": pick("kind", str),
+        "owner": pick("owner", str) or "",
+        "enabled": enabled if isinstance(enabled, bool) else True,
+        "lastRunAt": pick("lastRunAt", (int, float)),
+        "lastStatus": pick("lastStatus", str),
+        "consecutiveFailures": pick("consecutiveFailures", int) or 0,
+        "limits": pick("limits", dict) or {},
+        "spec": raw.get("spec"),
+        "program": pick("program", str),
+        "args": pick("args", dict) or {},
+        "adopted": False,
+        "state": "malformed",
+        "malformed": parsed.reason if isinstance(parsed, Malformed) else "record not readable",
+        "running": 0,
+        "marker": None,
+        "nextFire": None,
+        "nextFires": [],
+        "version": pick("_v", int),
+    }
+
+
+def run_summary(row: RunRow) -> dict[str, Any]:
+    """Return a run as its `agent_runs` record shows it, plus the error text."""
+    return {**run_record(row), "error": row.error}
+
+
+def run_detail(row: RunRow) -> dict[str, Any]:
+    """Return a run with what it reported and printed."""
+    return {
+        **run_summary(row),
+        "result": dict(row.result),
+        "output": row.output,
+        "outputDropped": row.output_dropped,
+    }
+
+
+# --------------------------------------------------------------------------- metrics
+
+VERDICTS = ("active", "standby", "pruned")
+TRIGGER_STATES = (
+    "scheduled",
+    "listening",
+    "running",
+    "idle",
+    "disabled",
+    "auto_disabled",
+    "consumed",
+    "claiming",
+    "invalid_spec",
+    "unsupported_source",
+)
+RUN_STATUSES = ("ok", "FAILED", "incomplete", "interrupted")
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _histogram(lines: list[str], name: str, help_text: str, hist: Histogram) -> None:
+    lines += [f"# HELP {name} {help_text}", f"# TYPE {name} histogram"]
+    for le, count in hist.cumulative():
+        lines.append(f'{name}_bucket{{le="{le}"}} {count}')
+    lines += [f"{name}_sum {hist.total!r}", f"{name}_count {hist.n}"]
+
+
+def metrics_text(
+    *,
+    states: Mapping[str, int],
+    stats: Stats,
+    outbox_depth: int,
+    verdict: str,
+    last_tick_age: float | None,
+    peer_id: str | None,
+    version: str,
+) -> str:
+    """Return the Prometheus text exposition of the daemon's state."""
+    lines: list[str] = [
+        "# HELP anyrtd_info The running anyrtd: version and peer id.",
+        "# TYPE anyrtd_info gauge",
+        f'anyrtd_info{{version="{_escape(version)}",peer="{_escape(peer_id or "")}"}} 1',
+        "# HELP anyrtd_triggers Registry entries on this device by state.",
+        "# TYPE anyrtd_triggers gauge",
+    ]
+    for state in sorted(set(TRIGGER_STATES) | set(states)):
+        lines.append(f'anyrtd_triggers{{state="{_escape(state)}"}} {states.get(state, 0)}')
+    lines += [
+        "# HELP anyrtd_runs_total Runs finished since the daemon started, by status.",
+        "# TYPE anyrtd_runs_total counter",
+    ]
+    finished = stats.runs_finished
+    for status in sorted(set(RUN_STATUSES) | set(finished)):
+        lines.append(f'anyrtd_runs_total{{status="{_escape(status)}"}} {finished.get(status, 0)}')
+    counters = (
+        ("anyrtd_fires_total", "Runs started (scheduled and by hand).", stats.fires),
+        (
+            "anyrtd_overlap_skips_total",
+            "Cron occurrences skipped because the previous run was still running.",
+            stats.overlap_skips,
+        ),
+        ("anyrtd_ticks_total", "Reconcile ticks.", stats.ticks),
+        (
+            "anyrtd_malformed_skips_total",
+            "Malformed records skipped (once per record version).",
+            stats.malformed_skips,
+        ),
+    )
+    for name, help_text, value in counters:
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} counter", f"{name} {value}"]
+    _histogram(
+        lines,
+        "anyrtd_fire_lag_seconds",
+        "Delay between an occurrence's due time and its start.",
+        stats.fire_lag,
+    )
+    _histogram(
+        lines,
+        "anyrtd_tick_duration_seconds",
+        "Duration of one reconcile tick.",
+        stats.tick_duration,
+    )
+    lines += [
+        "# HELP anyrtd_outbox_depth Writes waiting in the outbox for the server.",
+        "# TYPE anyrtd_outbox_depth gauge",
+        f"anyrtd_outbox_depth {outbox_depth}",
+        "# HELP anyrtd_election_verdict This device's election verdict (1 for the one held).",
+        "# TYPE anyrtd_election_verdict gauge",
+    ]
+    for v in VERDICTS:
+        lines.append(f'anyrtd_election_verdict{{verdict="{v}"}} {1 if v == verdict else 0}')
+    if last_tick_age is not None:
+        lines += [
+            "# HELP anyrtd_last_tick_age_seconds Seconds since the last reconcile tick.",
+            "# TYPE anyrtd_last_tick_age_seconds gauge",
+            f"anyrtd_last_tick_age_seconds {last_tick_age:.3f}",
+        ]
+    return "\n".join(lines) + "\n"
