@@ -35,6 +35,7 @@ from typing import Any, Literal
 from anyrtd.client import ServerClient
 from anyrtd.clock import Clock
 from anyrtd.config import CommandProgram
+from anyrtd.notify import child_environ
 from anyrtd.programs import BUILTINS
 
 log = logging.getLogger(__name__)
@@ -606,7 +607,8 @@ class Runner:
             task.exception()  # retrieved, so asyncio does not report it as never seen
 
     def _command_env(self, cmd: CommandProgram, req: RunRequest) -> dict[str, str]:
-        env = {**os.environ, **cmd.env}
+        # The notify variables are for the daemon alone: a child must not ping its watchdog.
+        env = {**child_environ(os.environ), **cmd.env}
         env.update(
             ANYRTD_RUN_ID=req.run_id,
             ANYRTD_TRIGGER_ID=req.trigger_id or "",
