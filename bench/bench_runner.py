@@ -26,6 +26,22 @@ from anyrtd.config import CommandProgram
 from anyrtd.runner import ProgramContext, Runner, RunOutcome, RunRequest
 
 
+async def stuck(args: Mapping[str, Any], ctx: ProgramContext) -> None:
+    """Wait forever, like a program stuck on a peer that never answers."""
+    await asyncio.Event().wait()
+
+
+async def interrupt_burst(runner: Runner, reqs: list[RunRequest]) -> tuple[float, list[RunOutcome]]:
+    """Start `reqs`, wait until all are in flight, and time interrupt_all until all have ended."""
+    tasks = [asyncio.create_task(runner.run(r)) for r in reqs]
+    await asyncio.sleep(1.0)  # let every run start, and the commands get past exec
+    assert runner.in_flight == len(reqs), f"only {runner.in_flight} of {len(reqs)} in flight"
+    t0 = time.perf_counter()
+    await runner.interrupt_all()
+    seconds = time.perf_counter() - t0
+    return seconds, list(await asyncio.gather(*tasks))
+
+
 async def noop(args: Mapping[str, Any], ctx: ProgramContext) -> Mapping[str, Any]:
     """Do nothing but yield once and report a result, like a program that only returns."""
     await asyncio.sleep(0)
@@ -69,8 +85,11 @@ async def main() -> None:
             clock=SystemClock(),
             agent_name="bao",
             space="bench",
-            commands={"bench:true@v1": CommandProgram(argv=(sys.executable, "-c", "pass"))},
-            extra_builtins={"bench:noop@v1": noop},
+            commands={
+                "bench:true@v1": CommandProgram(argv=(sys.executable, "-c", "pass")),
+                "bench:sleep@v1": CommandProgram(argv=("sleep", "600")),
+            },
+            extra_builtins={"bench:noop@v1": noop, "bench:stuck@v1": stuck},
         )
         await burst(runner, requests("bench:noop@v1", 10))  # warm up
         times = []
@@ -85,6 +104,13 @@ async def main() -> None:
         if opts.commands:
             seconds, outcomes = await burst(runner, requests("bench:true@v1", opts.commands))
             report(f"command ({sys.executable} -c pass)", seconds, outcomes)
+        seconds, outcomes = await interrupt_burst(runner, requests("bench:stuck@v1", opts.runs))
+        report("interrupt_all, in-process", seconds, outcomes)
+        if opts.commands:
+            seconds, outcomes = await interrupt_burst(
+                runner, requests("bench:sleep@v1", opts.commands)
+            )
+            report("interrupt_all, commands (sleep 600)", seconds, outcomes)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(f"peak RSS of the benchmark process: {peak:.0f} MiB")
 
