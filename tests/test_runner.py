@@ -666,3 +666,18 @@ async def test_command_runs_leave_no_descriptors_open(make_runner: MakeRunner) -
 
     assert [o.status for o in outs] == ["ok"] * 20 + ["incomplete"] * 5
     assert len(os.listdir("/proc/self/fd")) <= before
+
+
+async def test_a_command_does_not_inherit_the_daemon_notify_socket(
+    make_runner: MakeRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NOTIFY_SOCKET", "/run/systemd/notify")
+    monkeypatch.setenv("WATCHDOG_USEC", "30000000")
+    monkeypatch.setenv("ANYRTD_TEST_INHERITED", "yes")
+    prog = py(
+        "import os; print(sorted(k for k in os.environ if 'NOTIFY' in k or 'WATCHDOG' in k));"
+        "print(os.environ['ANYRTD_TEST_INHERITED'])"
+    )
+    out = await make_runner(commands={"mine:env@v1": prog}).run(request("mine:env@v1"))
+
+    assert out.output == "[]\nyes\n"
