@@ -1,0 +1,170 @@
+"""Fixtures shared by the tests; each section belongs to the part it starts."""
+
+from __future__ import annotations
+
+# --- devserver -----------------------------------------------------------------------------
+# `devserver`: a real `anyrtd devserver --port 0` subprocess on a fresh SQLite file.
+# `devserver_factory(devices=N, replicated=..., sync_delay=..., space=..., db=...)`: the same
+# with options. `devserver_inprocess`: `start_devserver` in the test's own event loop.
+import os
+import queue
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from anyrtd.devserver import DevServer, start_devserver
+
+DEVSERVER_LINE = re.compile(r"^anyrtd devserver: device (\d+) (\S+) (http://\S+)$")
+
+
+def anyrtd_command() -> list[str]:
+    """Return how to run the `anyrtd` command: the one on PATH, else this interpreter's module."""
+    found = shutil.which("anyrtd")
+    return [found] if found else [sys.executable, "-m", "anyrtd"]
+
+
+class DevserverProcess:
+    """A devserver subprocess: `.url` (device 1), `.urls`, `.peers`, `.db`, `.restart()`."""
+
+    def __init__(self, db: Path, args: list[str], log: Path, start_timeout: float = 30.0) -> None:
+        self.db = db
+        self.args = args
+        self.log = log
+        self.start_timeout = start_timeout
+        self.proc: subprocess.Popen[str] | None = None
+        self.urls: list[str] = []
+        self.peers: list[str] = []
+        self.returncode: int | None = None
+
+    @property
+    def url(self) -> str:
+        return self.urls[0]
+
+    @property
+    def devices(self) -> int:
+        return int(self.args[self.args.index("--devices") + 1]) if "--devices" in self.args else 1
+
+    def start(self) -> DevserverProcess:
+        """Start the process and wait for its device lines (ports change on every start)."""
+        cmd = [*anyrtd_command(), "devserver", "--port", "0", "--db", str(self.db), *self.args]
+        with self.log.open("a") as err:
+            self.proc = subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True
+            )
+        lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._pump, args=(self.proc, lines), daemon=True).start()
+        urls: list[str] = []
+        peers: list[str] = []
+        deadline = time.monotonic() + self.start_timeout
+        while len(urls) < self.devices:
+            try:
+                line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                self.stop()
+                raise AssertionError(
+                    f"devserver printed no device lines in time; log:\n{self.log.read_text()}"
+                ) from None
+            if line is None:
+                self.stop()
+                raise AssertionError(
+                    f"devserver exited before it was ready; log:\n{self.log.read_text()}"
+                )
+            match = DEVSERVER_LINE.match(line.rstrip("\n"))
+            if match:
+                peers.append(match.group(2))
+                urls.append(match.group(3))
+        self.urls, self.peers = urls, peers
+        return self
+
+    @staticmethod
+    def _pump(proc: subprocess.Popen[str], lines: queue.Queue[str | None]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int | None:
+        """Stop the process (SIGTERM, then SIGKILL) and return its exit status."""
+        proc = self.proc
+        if proc is None:
+            return self.returncode
+        self.proc = None
+        try:
+            if proc.poll() is None:
+                proc.send_signal(sig)
+            self.returncode = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            self.returncode = proc.wait()
+        finally:
+            if proc.stdout is not None:
+                proc.stdout.close()
+        return self.returncode
+
+    def restart(self) -> DevserverProcess:
+        """Stop and start again on the same --db (new ports: read `.urls` again)."""
+        code = self.stop()
+        assert code == 0, f"devserver exited {code} on SIGTERM; log:\n{self.log.read_text()}"
+        return self.start()
+
+
+@pytest.fixture
+def devserver_factory(tmp_path: Path) -> Iterator[Callable[..., DevserverProcess]]:
+    """Start devserver subprocesses with options; every one is stopped at teardown."""
+    started: list[DevserverProcess] = []
+
+    def start(
+        *,
+        devices: int = 1,
+        db: Path | None = None,
+        space: str | None = None,
+        replicated: bool = False,
+        sync_delay: float | None = None,
+        extra: tuple[str, ...] = (),
+    ) -> DevserverProcess:
+        args = ["--devices", str(devices)]
+        if space is not None:
+            args += ["--space", space]
+        if replicated:
+            args.append("--replicated")
+        if sync_delay is not None:
+            args += ["--sync-delay", str(sync_delay)]
+        args += list(extra)
+        n = len(started)
+        path = db if db is not None else tmp_path / ("dev.sqlite3" if n == 0 else f"dev{n}.sqlite3")
+        proc = DevserverProcess(path, args, tmp_path / f"devserver{n}.log")
+        started.append(proc)
+        return proc.start()
+
+    try:
+        yield start
+    finally:
+        for proc in started:
+            proc.stop(timeout=5.0)
+
+
+@pytest.fixture
+def devserver(devserver_factory: Callable[..., DevserverProcess]) -> DevserverProcess:
+    """A one-device devserver subprocess on `<tmp_path>/dev.sqlite3`."""
+    return devserver_factory()
+
+
+@pytest.fixture
+async def devserver_inprocess(tmp_path: Path) -> AsyncIterator[DevServer]:
+    """A one-device devserver running inside the test's event loop."""
+    server = await start_devserver(tmp_path / "inproc.sqlite3")
+    try:
+        yield server
+    finally:
+        await server.close()
+
+
+# --- end devserver -------------------------------------------------------------------------
