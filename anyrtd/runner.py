@@ -415,7 +415,8 @@ class Runner:
             found = Program(spec, "builtin", origin, main=fn)
         elif (ep := self._entry_point(spec)) is not None:
             found = self._load_entry_point(spec, ep)
-        elif (cmd := self._commands.get(spec)) is not None:
+        # A broken entry point does not hide a command the local config declares.
+        if found is None and (cmd := self._commands.get(spec)) is not None:
             found = Program(spec, "command", cmd.argv[0], command=cmd)
         if found is not None:
             self._resolved[spec] = found

@@ -152,3 +152,13 @@ async def test_a_package_installed_later_is_seen_after_a_rescan(
         assert (await runner.run(request("late:prog@v1"))).status == "ok"
     finally:
         sys.modules.pop(module, None)
+
+
+async def test_a_broken_entry_point_does_not_hide_a_declared_command(
+    client: ServerClient, plugin: str
+) -> None:
+    runner = make_runner(client, **{"plugin:broken@v1": CommandProgram(argv=("/bin/true",))})
+    program = runner.resolve("plugin:broken@v1")
+
+    assert program is not None and program.source == "command"
+    assert (await runner.run(request("plugin:broken@v1"))).status == "ok"
