@@ -158,3 +158,9 @@ def db_current(config: Config) -> None:
         mirror.close()
     state = "at head" if current == head else "behind: run `anyrtd db upgrade`"
     click.echo(f"{config.mirror_path}: {current or 'empty'} (head {head}, {state})")
+
+
+from anyrtd.control.cli import COMMANDS  # noqa: E402 - needs config_options defined above
+
+for _command in COMMANDS:
+    main.add_command(_command)

@@ -114,4 +114,3 @@ def read_token(path: Path, *, check_mode: bool) -> str:
     if not token or any(c.isspace() for c in token):
         raise AddressError(f"token file {path}: must hold one token on one line, with no spaces")
     return token
-

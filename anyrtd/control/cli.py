@@ -1,0 +1,781 @@
+"""The client commands: `triggers`, `runs`, `election`, `devices`, `doctor`.
+
+Reads and the daemon's own actions (list, show, enable, disable, run) go through the
+daemon's control API; record writes (create, edit, pin, unpin, delete) go straight to
+the server, where the record is the source of truth. Every error is one line on
+stderr that says what to do, with exit status 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import re
+import time
+from collections.abc import Callable, Coroutine, Iterator, Mapping
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+import click
+
+from anyrtd.cli import config_options, pop_config
+from anyrtd.client import ServerClient, ServerError, ServerUnavailable
+from anyrtd.config import Config
+from anyrtd.control import format as fmt
+from anyrtd.control.address import AddressError
+from anyrtd.control.client import ControlClient, ControlError, ControlUnreachable
+from anyrtd.control.writes import (
+    Records,
+    WriteError,
+    check_id,
+    fill_placeholders,
+    placeholders_in,
+    resolve_peer,
+    slug,
+)
+from anyrtd.election import APP
+
+F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
+
+RUN_STATUSES = ("ok", "FAILED", "incomplete", "interrupted", "running")
+
+
+# --------------------------------------------------------------------------- plumbing
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def client_command(fn: F) -> F:
+    """Add the shared options, build the config, and turn every known failure into one line."""
+
+    @config_options
+    @functools.wraps(fn)
+    def wrapper(**kwargs: Any) -> Any:
+        config = pop_config(kwargs)
+        try:
+            return fn(config, **kwargs)
+        except ControlUnreachable as exc:
+            raise click.ClickException(str(exc)) from None
+        except ControlError as exc:
+            raise click.ClickException(_one_line(exc.message)) from None
+        except ServerUnavailable:
+            raise click.ClickException(
+                f"cannot reach the any server at {config.server}: is it running? "
+                "(`anyrtd dev` starts a local one; set --server or ANYRTD_SERVER)"
+            ) from None
+        except ServerError as exc:
+            raise click.ClickException(
+                f"the any server refused: {_one_line(exc.message)} ({exc.code})"
+            ) from None
+        except (WriteError, AddressError) as exc:
+            raise click.ClickException(_one_line(str(exc))) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON (stable keys).")
+
+
+@contextmanager
+def control(config: Config) -> Iterator[ControlClient]:
+    """Open a client of the daemon's control API."""
+    with ControlClient(config.listen, token_file=config.token_file) as ctl:
+        yield ctl
+
+
+def on_server(config: Config, work: Callable[[Records], Coroutine[Any, Any, T]]) -> T:
+    """Run `work` with the agent space's trigger records on the configured server."""
+
+    async def main() -> T:
+        async with ServerClient(config.server) as client:
+            return await work(Records(client, config.space))
+
+    return asyncio.run(main())
+
+
+def emit_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def path_id(value: str) -> str:
+    return quote(value, safe="")
+
+
+# --------------------------------------------------------------------------- triggers
+
+
+@click.group()
+def triggers() -> None:
+    """See and change triggers (list, show, create, edit, enable, disable, pin, run, delete)."""
+
+
+def _peer_of(ctl: ControlClient) -> str | None:
+    election = ctl.get("/election")
+    peer = election.get("peerId") if isinstance(election, dict) else None
+    return peer if isinstance(peer, str) else None
+
+
+@triggers.command("list")
+@client_command
+@click.option("--all", "everything", is_flag=True, help="Also records this device does not hold.")
+@json_option
+def triggers_list(config: Config, everything: bool, as_json: bool) -> None:
+    """List the triggers in this device's registry."""
+    with control(config) as ctl:
+        items = ctl.get("/triggers", all="true" if everything else None)
+        if as_json:
+            emit_json(items)
+            return
+        me = _peer_of(ctl)
+    if not items:
+        hint = "" if everything else " (--all shows records held elsewhere)"
+        click.echo(f"no triggers on this device{hint}")
+        return
+    now = time.time()
+    rows = [
+        [
+            t["id"],
+            str(t.get("kind")),
+            fmt.schedule(t.get("kind"), t.get("spec")),
+            fmt.owner(t.get("owner"), me),
+            "yes" if t.get("enabled") else "no",
+            fmt.when(t.get("nextFire"), now),
+            str(t.get("lastStatus") or "-"),
+        ]
+        for t in items
+    ]
+    headers = ["ID", "KIND", "SCHEDULE", "OWNER", "ENABLED", "NEXT FIRE", "LAST STATUS"]
+    click.echo(fmt.table(headers, rows))
+
+
+@triggers.command("show")
+@client_command
+@click.argument("trigger_id", metavar="ID")
+@json_option
+def triggers_show(config: Config, trigger_id: str, as_json: bool) -> None:
+    """Show a trigger: its definition, next fire times and recent runs."""
+    with control(config) as ctl:
+        trigger = ctl.get(f"/triggers/{path_id(trigger_id)}")
+        runs = ctl.get(f"/triggers/{path_id(trigger_id)}/runs")
+        me = _peer_of(ctl)
+    if as_json:
+        emit_json({"trigger": trigger, "runs": runs})
+        return
+    now = time.time()
+    t = trigger
+    lines = [
+        ("id", t["id"]),
+        ("name", t.get("name")),
+        ("kind", t.get("kind")),
+        ("schedule", fmt.schedule(t.get("kind"), t.get("spec"))),
+        ("spec", fmt.compact(t.get("spec"))),
+        ("program", t.get("program")),
+        ("args", fmt.compact(t.get("args") or {})),
+        ("owner", f"{t.get('owner') or '(unassigned)'} {fmt.owner(t.get('owner'), me)}"),
+        ("enabled", "yes" if t.get("enabled") else "no"),
+        ("state", t.get("state")),
+    ]
+    if t.get("malformed"):
+        lines.append(("malformed", t["malformed"]))
+    if t.get("markerReason"):
+        lines.append(("marker", f"{t.get('marker')}: {t['markerReason']}"))
+    if t.get("limits"):
+        lines.append(("limits", fmt.compact(t["limits"])))
+    lines += [
+        ("last run", f"{fmt.when(t.get('lastRunAt'), now)} {t.get('lastStatus') or ''}".strip()),
+        (
+            "failures",
+            f"{t.get('consecutiveFailures', 0)} in a row "
+            f"(auto-disables at {t.get('maxConsecutiveFailures', 3)})",
+        ),
+        ("runs", str(t.get("runCount", 0))),
+    ]
+    fires = t.get("nextFires") or []
+    lines.append(("next fires", fmt.when(fires[0], now) if fires else "-"))
+    width = max(len(k) for k, _ in lines) + 1
+    for key, value in lines:
+        click.echo(f"{(key + ':').ljust(width)} {value}")
+    for at in fires[1:]:
+        click.echo(f"{''.ljust(width)} {fmt.when(at, now)}")
+    click.echo("")
+    if runs:
+        click.echo("recent runs:")
+        click.echo(_runs_table(runs[:10], now))
+    else:
+        click.echo("no runs on this device yet")
+
+
+def _parse_at(text: str, now: float) -> float:
+    """Read `--at`: epoch seconds, an ISO 8601 time (local when no offset), or `+10m`."""
+    relative = re.fullmatch(r"\+(\d+(?:\.\d+)?)([smhd]?)", text.strip())
+    if relative:
+        unit = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[relative.group(2)]
+        return round(now + float(relative.group(1)) * unit)
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise click.BadParameter(
+            f"{text!r}: give epoch seconds, an ISO 8601 time (2027-01-15T08:00) or +10m",
+            param_hint="--at",
+        ) from None
+    return moment.timestamp()
+
+
+def _parse_arg(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise click.BadParameter(f"{text!r}: use KEY=VALUE", param_hint="--arg")
+    try:
+        return key, json.loads(value)
+    except ValueError:
+        return key, value
+
+
+def _json_object(text: str, hint: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise click.BadParameter(f"not valid JSON: {exc}", param_hint=hint) from None
+    if not isinstance(value, dict):
+        raise click.BadParameter("must be a JSON object", param_hint=hint)
+    return value
+
+
+def definition_options(fn: F) -> F:
+    """Add the flags that set the parts of a trigger definition."""
+    options = [
+        click.option("--name", help="Display name."),
+        click.option("--cron", "cron_expr", metavar="EXPR", help="A cron trigger: 5 fields, UTC."),
+        click.option("--every", "every_s", type=float, metavar="SECONDS", help="A cron every N s."),
+        click.option("--tz", help="IANA zone for --cron (e.g. Europe/Paris)."),
+        click.option("--at", "at", metavar="TIME", help="A once trigger: epoch s, ISO time, +10m."),
+        click.option("--event-chat", metavar="CHAT", help="An event trigger on a chat's messages."),
+        click.option("--event-space", metavar="SPACE", help="The space of --event-chat."),
+        click.option("--program", help="Program spec, e.g. agent:remind@v1."),
+        click.option("--arg", "arg_pairs", multiple=True, metavar="K=V", help="One arg (JSON)."),
+        click.option("--args-json", metavar="JSON", help="All args as a JSON object."),
+        click.option("--owner", metavar="PEER", help="Pin to a device (peer id, name or here)."),
+        click.option("--max-failures", type=click.IntRange(min=1), help="Breaker threshold."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def _definition(opts: Mapping[str, Any], now: float) -> dict[str, Any]:
+    """Return the record fields the definition flags set."""
+    fields: dict[str, Any] = {}
+    kinds = [k for k in ("cron_expr", "every_s", "at", "event_chat") if opts.get(k) is not None]
+    if len(kinds) > 1:
+        raise click.UsageError("give one schedule: --cron, --every, --at or --event-chat")
+    if opts.get("tz") and opts.get("cron_expr") is None:
+        raise click.UsageError("--tz goes with --cron")
+    if opts.get("event_space") and opts.get("event_chat") is None:
+        raise click.UsageError("--event-space goes with --event-chat")
+    if opts.get("cron_expr") is not None:
+        spec: dict[str, Any] = {"cron": opts["cron_expr"]}
+        if opts.get("tz"):
+            spec["tz"] = opts["tz"]
+        fields.update(kind="cron", spec=spec)
+    elif opts.get("every_s") is not None:
+        every = opts["every_s"]
+        fields.update(kind="cron", spec={"every_s": int(every) if every == int(every) else every})
+    elif opts.get("at") is not None:
+        at = _parse_at(opts["at"], now)
+        fields.update(kind="once", spec={"at": int(at) if at == int(at) else at})
+    elif opts.get("event_chat") is not None:
+        spec = {"dataset": "chat_messages", "objectId": opts["event_chat"]}
+        if opts.get("event_space"):
+            spec["spaceId"] = opts["event_space"]
+        fields.update(kind="event", spec=spec)
+    if opts.get("name") is not None:
+        fields["name"] = opts["name"]
+    if opts.get("program") is not None:
+        fields["program"] = opts["program"]
+    if opts.get("args_json") is not None or opts.get("arg_pairs"):
+        args = _json_object(opts["args_json"], "--args-json") if opts.get("args_json") else {}
+        args.update(dict(_parse_arg(a) for a in opts.get("arg_pairs") or ()))
+        fields["args"] = args
+    if opts.get("max_failures") is not None:
+        fields["maxConsecutiveFailures"] = opts["max_failures"]
+    return fields
+
+
+async def _owner(records: Records, owner: str | None, force: bool) -> str | None:
+    if owner is None:
+        return None
+    if force and owner not in ("here", "self"):
+        return owner
+    return resolve_peer(await records.client.devices(), owner)
+
+
+async def _placeholders(records: Records, fields: dict[str, Any]) -> dict[str, Any]:
+    """Fill `${SPACE}`, `${GENERAL_CHAT}` and `${SELF}` in the record's string values."""
+    names = placeholders_in(fields)
+    if not names:
+        return dict(fields)
+    known: dict[str, str] = {"SPACE": records.space}
+    if "GENERAL_CHAT" in names:
+        known["GENERAL_CHAT"] = await records.general_chat()
+    if "SELF" in names:
+        devices = await records.client.devices()
+        if devices is None:
+            raise WriteError("${SELF}: the server has no devices registry; put a peer id there")
+        known["SELF"] = devices.self_id
+    unknown = sorted(names - set(known))
+    if unknown:
+        raise WriteError(
+            f"unknown placeholder ${{{unknown[0]}}}: use ${{SPACE}}, ${{GENERAL_CHAT}} or ${{SELF}}"
+        )
+    return {k: fill_placeholders(v, known) for k, v in fields.items()}
+
+
+def _adopt_hint(owner: str) -> str:
+    if owner and not owner.startswith("anyrt-"):
+        return f"the device {fmt.short(owner)} adopts it within one tick"
+    return "the active device claims it within one tick"
+
+
+@triggers.command("create")
+@client_command
+@click.option("--id", "trigger_id", help="Record id (a slug) [default: from --name or the file].")
+@click.option(
+    "--file",
+    "file",
+    type=click.Path(dir_okay=False, path_type=Path, allow_dash=True),
+    help="A JSON record to start from (see contrib/triggers/); flags override its fields.",
+)
+@definition_options
+@click.option("--disabled", is_flag=True, help="Create it disabled.")
+@click.option("--force", is_flag=True, help="Pin to --owner even if no such device is listed.")
+@json_option
+def triggers_create(
+    config: Config,
+    trigger_id: str | None,
+    file: Path | None,
+    disabled: bool,
+    force: bool,
+    as_json: bool,
+    **opts: Any,
+) -> None:
+    """Create a trigger (cron, once or event) from flags or a JSON file."""
+    base: dict[str, Any] = {}
+    if file is not None:
+        try:
+            text = click.open_file(str(file), encoding="utf-8").read()
+        except OSError as exc:
+            raise click.BadParameter(f"{file}: {exc.strerror}", param_hint="--file") from None
+        base = _json_object(text, "--file")
+    fields = {**base, **_definition(opts, time.time())}
+    file_id = fields.pop("id", None)
+    rid = trigger_id or (file_id if isinstance(file_id, str) else None)
+    if rid is None and isinstance(fields.get("name"), str):
+        rid = slug(fields["name"]) or None
+    if rid is None:
+        raise click.UsageError("name the trigger: --id ID (or --name, or an id in the file)")
+    check_id(rid)
+    if disabled:
+        fields["enabled"] = False
+    if "program" not in fields:
+        raise click.UsageError("name the program: --program agent:remind@v1")
+    if "kind" not in fields:
+        raise click.UsageError("give a schedule: --cron, --every, --at or --event-chat")
+
+    async def work(records: Records) -> dict[str, Any]:
+        filled = await _placeholders(records, fields)
+        owner = await _owner(records, opts.get("owner"), force)
+        if owner is not None:
+            filled["owner"] = owner
+        filled.setdefault("owner", "")
+        await records.create(rid, filled)
+        return filled
+
+    written = on_server(config, work)
+    if as_json:
+        emit_json({"id": rid, **written})
+        return
+    what = fmt.schedule(written.get("kind"), written.get("spec"))
+    click.echo(f"created {rid} ({written['kind']}, {what}); {_adopt_hint(written['owner'])}")
+
+
+@triggers.command("edit")
+@client_command
+@click.argument("trigger_id", metavar="ID")
+@definition_options
+@click.option("--set", "set_pairs", multiple=True, metavar="FIELD=JSON", help="Set any field.")
+@click.option("--unset", "unset_fields", multiple=True, metavar="FIELD", help="Remove a field.")
+@click.option("--force", is_flag=True, help="Pin to --owner even if no such device is listed.")
+@json_option
+def triggers_edit(
+    config: Config,
+    trigger_id: str,
+    set_pairs: tuple[str, ...],
+    unset_fields: tuple[str, ...],
+    force: bool,
+    as_json: bool,
+    **opts: Any,
+) -> None:
+    """Change fields of a trigger record (only the fields given change)."""
+    fields = _definition(opts, time.time())
+    for pair in set_pairs:
+        key, value = _parse_arg(pair)
+        if key == "id":
+            raise click.BadParameter(
+                "the id cannot change: create a new trigger", param_hint="--set"
+            )
+        fields[key] = value
+    if "id" in unset_fields:
+        raise click.BadParameter("the id cannot be removed", param_hint="--unset")
+    if not fields and not unset_fields and opts.get("owner") is None:
+        raise click.UsageError("nothing to change: give flags such as --cron, --name or --set")
+    unset_fields_list = list(unset_fields)
+
+    async def work(records: Records) -> dict[str, Any]:
+        owner = await _owner(records, opts.get("owner"), force)
+        if owner is not None:
+            fields["owner"] = owner
+        filled = await _placeholders(records, fields)
+        if filled.get("spec") is not None and "kind" not in filled:
+            stored = await records.need(trigger_id)
+            if stored.fields.get("kind") == "once":
+                # A once takes lastRunAt as its consumed state: a new `at` re-arms the shot.
+                unset_fields_list.append("lastRunAt")
+        elif filled.get("kind") == "once":
+            unset_fields_list.append("lastRunAt")
+        await records.update(trigger_id, filled, unset_fields_list)
+        return filled
+
+    changed = on_server(config, work)
+    if as_json:
+        emit_json({"id": trigger_id, "set": changed, "unset": unset_fields_list})
+        return
+    names = ", ".join(sorted(changed) + [f"-{k}" for k in unset_fields_list])
+    click.echo(f"updated {trigger_id} ({names}); the owning device applies it within one tick")
+
+
+def _state_line(t: Mapping[str, Any]) -> str:
+    now = time.time()
+    extra = f", next fire {fmt.when(t['nextFire'], now)}" if t.get("nextFire") else ""
+    return f"{t['id']}: {'enabled' if t.get('enabled') else 'disabled'} ({t.get('state')}){extra}"
+
+
+@triggers.command("enable")
+@client_command
+@click.argument("trigger_id", metavar="ID")
+@json_option
+def triggers_enable(config: Config, trigger_id: str, as_json: bool) -> None:
+    """Enable a trigger and reset its breaker (through the daemon, written to the record)."""
+    with control(config) as ctl:
+        trigger = ctl.post(f"/triggers/{path_id(trigger_id)}/enable")
+    if as_json:
+        emit_json(trigger)
+    else:
+        click.echo(_state_line(trigger))
+
+
+@triggers.command("disable")
+@client_command
+@click.argument("trigger_id", metavar="ID")
+@json_option
+def triggers_disable(config: Config, trigger_id: str, as_json: bool) -> None:
+    """Disable a trigger (through the daemon, written to the record)."""
+    with control(config) as ctl:
+        trigger = ctl.post(f"/triggers/{path_id(trigger_id)}/disable")
+    if as_json:
+        emit_json(trigger)
+    else:
+        click.echo(_state_line(trigger))
+
+
+@triggers.command("pin")
+@client_command
+@click.argument("trigger_id", metavar="ID")
+@click.argument("peer", metavar="PEER")
+@click.option("--force", is_flag=True, help="Pin even if no such device is listed.")
+def triggers_pin(config: Config, trigger_id: str, peer: str, force: bool) -> None:
+    """Pin a trigger to a device: a peer id, a device name, or `here`."""
+
+    async def work(records: Records) -> str:
+        owner = await _owner(records, peer, force)
+        assert owner is not None
+        await records.update(trigger_id, {"owner": owner})
+        return owner
+
+    owner = on_server(config, work)
+    click.echo(f"pinned {trigger_id} to {owner}; {_adopt_hint(owner)}")
+
+
+@triggers.command("unpin")
+@client_command
+@click.argument("trigger_id", metavar="ID")
+def triggers_unpin(config: Config, trigger_id: str) -> None:
+    """Clear a trigger's pin: the device active now claims it."""
+    on_server(config, lambda records: records.update(trigger_id, {"owner": ""}))
+    click.echo(f"unpinned {trigger_id}; {_adopt_hint('')}")
+
+
+@triggers.command("run")
+@client_command
+@click.argument("trigger_id", metavar="ID")
+@click.option("--wait", is_flag=True, help="Wait for the run to end and print its output.")
+@click.option("--timeout", type=float, default=300.0, show_default=True, help="With --wait.")
+@json_option
+def triggers_run(
+    config: Config, trigger_id: str, wait: bool, timeout: float, as_json: bool
+) -> None:
+    """Run a trigger now, outside its schedule."""
+    with control(config) as ctl:
+        started = ctl.post(f"/triggers/{path_id(trigger_id)}/run")
+        run_id = started["runId"]
+        if not wait:
+            if as_json:
+                emit_json(started)
+            else:
+                click.echo(f"started run {run_id} of {trigger_id}: `anyrtd runs show {run_id}`")
+            return
+        deadline = time.monotonic() + timeout
+        while True:
+            run = ctl.get(f"/runs/{path_id(run_id)}")
+            if run.get("status") != "running":
+                break
+            if time.monotonic() > deadline:
+                raise click.ClickException(
+                    f"run {run_id} still running after {timeout:.0f}s: "
+                    f"`anyrtd runs show {run_id}` later"
+                )
+            time.sleep(0.1)
+    if as_json:
+        emit_json(run)
+    else:
+        _print_run(run)
+    if run.get("status") != "ok":
+        raise SystemExit(1)
+
+
+@triggers.command("delete")
+@client_command
+@click.argument("trigger_id", metavar="ID")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask.")
+def triggers_delete(config: Config, trigger_id: str, yes: bool) -> None:
+    """Delete a trigger record (its id stays tombstoned: it cannot be reused)."""
+    if not yes:
+        click.confirm(
+            f"delete {trigger_id}? its id cannot be reused afterwards", abort=True, err=True
+        )
+    on_server(config, lambda records: records.delete(trigger_id))
+    click.echo(f"deleted {trigger_id}; every device evicts it within one tick")
+
+
+# --------------------------------------------------------------------------- runs
+
+
+@click.group()
+def runs() -> None:
+    """See runs on this device (list, show)."""
+
+
+def _runs_table(items: list[dict[str, Any]], now: float) -> str:
+    rows = [
+        [
+            r["runId"],
+            str(r.get("triggerId") or "-"),
+            fmt.when(r.get("startedAt"), now),
+            str(r.get("status")),
+            fmt.duration(r.get("durationMs")),
+            _one_line(str(r.get("errorType") or r.get("title") or ""))[:40],
+        ]
+        for r in items
+    ]
+    return fmt.table(["RUN", "TRIGGER", "STARTED", "STATUS", "DURATION", "NOTE"], rows)
+
+
+@runs.command("list")
+@client_command
+@click.option("--trigger", "trigger_id", metavar="ID", help="Only runs of this trigger.")
+@click.option("--status", type=click.Choice(RUN_STATUSES), help="Only runs with this status.")
+@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
+@json_option
+def runs_list(
+    config: Config, trigger_id: str | None, status: str | None, limit: int, as_json: bool
+) -> None:
+    """List the newest runs on this device."""
+    with control(config) as ctl:
+        items = ctl.get("/runs", trigger=trigger_id, status=status, limit=limit)
+    if as_json:
+        emit_json(items)
+    elif not items:
+        click.echo("no runs")
+    else:
+        click.echo(_runs_table(items, time.time()))
+
+
+def _print_run(run: Mapping[str, Any]) -> None:
+    now = time.time()
+    lines = [
+        ("run", run["runId"]),
+        ("trigger", run.get("triggerId") or "-"),
+        ("program", run.get("program")),
+        ("device", run.get("device")),
+        ("scheduled", fmt.when(run["scheduledAt"], now) if run.get("scheduledAt") else "by hand"),
+        ("started", fmt.when(run.get("startedAt"), now)),
+        ("ended", fmt.when(run.get("endedAt"), now)),
+        ("duration", fmt.duration(run.get("durationMs"))),
+        ("status", run.get("status")),
+    ]
+    if run.get("errorType") or run.get("error"):
+        lines.append(("error", f"{run.get('errorType') or ''}: {run.get('error') or ''}"))
+    if run.get("title"):
+        lines.append(("title", run["title"]))
+    width = max(len(k) for k, _ in lines) + 1
+    for key, value in lines:
+        click.echo(f"{(key + ':').ljust(width)} {value}")
+    output = run.get("output")
+    if output:
+        click.echo("output:")
+        click.echo(str(output).rstrip("\n"))
+        if run.get("outputDropped"):
+            click.echo(f"[{run['outputDropped']} more bytes dropped]")
+    elif output is not None:
+        click.echo("output:   (none)")
+
+
+@runs.command("show")
+@client_command
+@click.argument("run_id", metavar="RUNID")
+@json_option
+def runs_show(config: Config, run_id: str, as_json: bool) -> None:
+    """Show a run: its summary and captured output."""
+    with control(config) as ctl:
+        run = ctl.get(f"/runs/{path_id(run_id)}")
+    if as_json:
+        emit_json(run)
+    else:
+        _print_run(run)
+
+
+# --------------------------------------------------------------------------- election, devices
+
+
+@click.command()
+@client_command
+@json_option
+def election(config: Config, as_json: bool) -> None:
+    """Show this device's election verdict (as the daemon holds it)."""
+    with control(config) as ctl:
+        body = ctl.get("/election")
+    if as_json:
+        emit_json(body)
+        return
+    verdict = body.get("verdict") or ("active" if body.get("active") else "standby")
+    state = "on" if body.get("enabled") else "off (single-device: always active)"
+    click.echo(f"this device: {body.get('peerId')}")
+    click.echo(f"verdict:     {verdict}")
+    click.echo(f"winner:      {body.get('winner') or '(none)'}")
+    click.echo(f"election:    {state}")
+
+
+@click.group()
+def devices() -> None:
+    """See the account's devices and move the active role (list, activate)."""
+
+
+@devices.command("list")
+@client_command
+@json_option
+def devices_list(config: Config, as_json: bool) -> None:
+    """List the devices registry of the server."""
+
+    async def work(records: Records) -> Any:
+        return await records.client.devices()
+
+    view = on_server(config, work)
+    if view is None:
+        raise click.ClickException(
+            f"the server at {config.server} has no devices registry: the election is off"
+        )
+    winner = view.active.get(APP)
+    if as_json:
+        emit_json(
+            {
+                "self": view.self_id,
+                "active": dict(view.active),
+                "devices": [
+                    {
+                        "peerId": d.peer_id,
+                        "name": d.name,
+                        "os": d.os,
+                        "apps": d.apps,
+                        "deleted": d.deleted,
+                    }
+                    for d in view.devices
+                ],
+            }
+        )
+        return
+    rows = []
+    for d in view.devices:
+        flags = (
+            ("self", d.peer_id == view.self_id),
+            ("active", d.peer_id == winner),
+            ("pruned", d.deleted),
+        )
+        marks = [m for m, on in flags if on]
+        claim = d.apps.get(APP)
+        version = claim.get("version", "-") if isinstance(claim, Mapping) else "-"
+        rows.append([d.peer_id, d.name or "-", d.os or "-", str(version), ", ".join(marks)])
+    click.echo(fmt.table(["PEER", "NAME", "OS", APP.upper(), ""], rows))
+
+
+@devices.command("activate")
+@client_command
+@click.option("--app", default=APP, show_default=True, help="The app slug whose role moves.")
+def devices_activate(config: Config, app: str) -> None:
+    """Make this device (the one whose server --server names) the active one."""
+
+    async def work(records: Records) -> Any:
+        return await records.client.activate(app)
+
+    row = on_server(config, work)
+    click.echo(
+        f"{row.peer_id} now holds the newest claim for {app!r}; "
+        "the daemons follow within one election poll"
+    )
+
+
+# --------------------------------------------------------------------------- doctor
+
+
+@click.command()
+@client_command
+@json_option
+def doctor(config: Config, as_json: bool) -> None:
+    """Check the server, devices, anchor, mirror, daemon and clock; say how to fix each."""
+    from anyrtd.control.doctor import diagnose
+
+    checks = asyncio.run(diagnose(config, time.time()))
+    if as_json:
+        emit_json([c.to_json() for c in checks])
+    else:
+        colours = {"ok": "green", "warn": "yellow", "fail": "red", "skip": None}
+        for c in checks:
+            mark = click.style(c.status.ljust(4), fg=colours.get(c.status))
+            click.echo(f"{mark}  {c.name.ljust(8)} {c.detail}")
+            if c.fix and c.status in ("warn", "fail"):
+                click.echo(f"{'':14} fix: {c.fix}")
+    if any(c.status == "fail" for c in checks):
+        raise SystemExit(1)
+
+
+COMMANDS: list[click.Command] = [triggers, runs, election, devices, doctor]
+"""The client commands `anyrtd.cli` registers."""

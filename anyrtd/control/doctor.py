@@ -1,0 +1,263 @@
+"""`anyrtd doctor`: check each part a working set-up needs and say how to fix what is wrong."""
+
+from __future__ import annotations
+
+import asyncio
+import zoneinfo
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from anyrtd.client import Dataset, ServerClient, ServerError, ServerUnavailable
+from anyrtd.config import Config
+from anyrtd.control.address import AddressError
+from anyrtd.control.client import ControlClient, ControlError, ControlUnreachable
+from anyrtd.daemon import TRIGGER_TYPE_KEY
+from anyrtd.election import APP
+from anyrtd.model import Malformed, parse_record
+
+EARLIEST_PLAUSIBLE = 1_704_067_200.0  # 2024-01-01: a clock before this was never set
+CLOCK_SKEW_S = 5.0
+
+
+@dataclass(frozen=True)
+class Check:
+    """One finding: `ok`, `warn`, `fail` or `skip`, what was seen, and what to do about it."""
+
+    name: str
+    status: str
+    detail: str
+    fix: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class _Doctor:
+    def __init__(self, config: Config, now: float) -> None:
+        self.config = config
+        self.now = now
+        self.checks: list[Check] = []
+        self.self_id: str | None = None
+
+    def add(self, name: str, status: str, detail: str, fix: str | None = None) -> None:
+        self.checks.append(Check(name, status, detail, fix))
+
+    async def run(self) -> list[Check]:
+        async with ServerClient(self.config.server, timeout=5.0) as client:
+            reachable = await self._server(client)
+            if reachable:
+                await self._devices(client)
+                newest = await self._anchor(client)
+            else:
+                for name in ("devices", "anchor"):
+                    self.add(name, "skip", "the server is not reachable")
+                newest = None
+        await asyncio.to_thread(self._mirror)
+        await asyncio.to_thread(self._control)
+        self._clock(newest)
+        return self.checks
+
+    async def _server(self, client: ServerClient) -> bool:
+        url = self.config.server
+        try:
+            spaces = await client.spaces()
+        except ServerUnavailable as exc:
+            self.add(
+                "server",
+                "fail",
+                f"cannot reach the any server at {url} ({exc})",
+                "start it (`anyrtd dev` runs a local one) or set --server / ANYRTD_SERVER",
+            )
+            return False
+        except ServerError as exc:
+            self.add("server", "fail", f"{url} answered {exc}", "check --server: is it any?")
+            return False
+        ids = [str(s.get("id")) for s in spaces]
+        if self.config.space not in ids:
+            self.add(
+                "server",
+                "fail",
+                f"{url} has no space {self.config.space!r} (it has: {', '.join(ids) or 'none'})",
+                "set --space / ANYRTD_SPACE / `space` in the config to the agent space",
+            )
+            return False
+        self.add("server", "ok", f"{url} answers; space {self.config.space!r} is there")
+        return True
+
+    async def _devices(self, client: ServerClient) -> None:
+        try:
+            view = await client.devices()
+        except (ServerUnavailable, ServerError) as exc:
+            self.add("devices", "fail", f"the devices registry did not answer: {exc}", "retry")
+            return
+        if view is None:
+            self.add(
+                "devices",
+                "warn",
+                "the server has no devices registry: the election is off (single-device)",
+                "nothing to do on a one-device set-up",
+            )
+            return
+        self.self_id = view.self_id
+        row = view.row(view.self_id)
+        winner = view.active.get(APP)
+        if row is not None and row.deleted:
+            self.add(
+                "devices",
+                "fail",
+                f"this device ({view.self_id}) is pruned: it fires nothing, pins included",
+                "re-initialise this device (a fresh `any init` gives it a new peer id)",
+            )
+        elif row is None or APP not in row.apps:
+            self.add(
+                "devices",
+                "warn",
+                f"this device ({view.self_id}) has not registered as {APP!r} yet",
+                "start `anyrtd serve`: it registers on start",
+            )
+        else:
+            who = "this device" if winner == view.self_id else (winner or "nobody")
+            self.add(
+                "devices",
+                "ok",
+                f"{len(view.devices)} device(s); active for {APP!r}: {who}",
+            )
+
+    async def _anchor(self, client: ServerClient) -> float | None:
+        space = self.config.space
+        try:
+            types = await client.types(space, include_hidden=True)
+            type_id = next((str(t["id"]) for t in types if t.get("key") == TRIGGER_TYPE_KEY), None)
+            if type_id is None:
+                self.add(
+                    "anchor",
+                    "warn",
+                    f"no {TRIGGER_TYPE_KEY!r} type in space {space!r} yet",
+                    "start `anyrtd serve` (or create a trigger): the type is created on first use",
+                )
+                return None
+            name = f"{type_id}_agent_triggers"
+            listed = await client.datasets(space)
+            objects = next((d.get("objectIds") or [] for d in listed if d.get("name") == name), [])
+            if not objects:
+                self.add(
+                    "anchor",
+                    "warn",
+                    "the trigger anchor (bao/triggers/v1) is not resolved yet",
+                    "start `anyrtd serve`: it resolves the anchor on start",
+                )
+                return None
+            records = await client.query_all(Dataset(space, str(objects[0]), name))
+        except (ServerUnavailable, ServerError) as exc:
+            self.add("anchor", "fail", f"reading the trigger records failed: {exc}", "retry")
+            return None
+        bad = [p for r in records if isinstance(p := parse_record(r), Malformed)]
+        detail = f"{len(records)} trigger record(s) on the anchor {objects[0]}"
+        if bad:
+            ids = ", ".join(sorted(m.id for m in bad)[:5])
+            self.add(
+                "anchor",
+                "warn",
+                f"{detail}; {len(bad)} malformed and skipped: {ids}",
+                f"fix them: `anyrtd triggers show {bad[0].id}` says why",
+            )
+        else:
+            self.add("anchor", "ok", detail)
+        stamps = [r["_updatedAt"] for r in records if isinstance(r.get("_updatedAt"), int | float)]
+        return max(stamps) if stamps else None
+
+    def _mirror(self) -> None:
+        from anyrtd.mirror import Mirror
+
+        path = self.config.mirror_path
+        if not path.exists():
+            self.add(
+                "mirror",
+                "warn",
+                f"no mirror at {path} yet",
+                "start `anyrtd serve` (it creates it), or check --state-dir",
+            )
+            return
+        try:
+            mirror = Mirror(path)
+            try:
+                current, head = mirror.revisions()
+            finally:
+                mirror.close()
+        except Exception as exc:  # a damaged file must not crash the doctor
+            self.add("mirror", "fail", f"{path} cannot be read: {exc}", "move it away and restart")
+            return
+        if current == head:
+            self.add("mirror", "ok", f"{path} at schema revision {head}")
+        else:
+            self.add(
+                "mirror",
+                "fail",
+                f"{path} is at revision {current or 'empty'}, this anyrtd needs {head}",
+                "run `anyrtd db upgrade`",
+            )
+
+    def _control(self) -> None:
+        try:
+            with ControlClient(self.config.listen, token_file=self.config.token_file) as ctl:
+                health = ctl.request("GET", "/healthz", ok=(503,))
+        except (ControlUnreachable, ControlError, AddressError) as exc:
+            self.add("control", "fail", str(exc), "start `anyrtd serve`, or set --listen")
+            return
+        if not isinstance(health, dict):
+            self.add("control", "fail", f"{self.config.listen} is not an anyrtd control API")
+            return
+        status = health.get("status")
+        age = health.get("lastTickAgeS")
+        if status == "ok":
+            detail = f"daemon at {self.config.listen} ticking (last tick {age}s ago)"
+            peer = health.get("peerId")
+            if self.self_id and peer and peer != self.self_id:
+                self.add(
+                    "control",
+                    "warn",
+                    f"{detail}, but as peer {peer} while the server says this device is "
+                    f"{self.self_id}",
+                    "point the daemon and the CLI at the same server (--server)",
+                )
+            else:
+                self.add("control", "ok", detail)
+        else:
+            self.add(
+                "control",
+                "fail",
+                f"daemon at {self.config.listen} is {status} (last tick {age}s ago)",
+                "see the daemon's log (`journalctl -u anyrtd`)",
+            )
+
+    def _clock(self, newest: float | None) -> None:
+        if self.now < EARLIEST_PLAUSIBLE:
+            self.add("clock", "fail", "this machine's clock is not set", "enable NTP (timedatectl)")
+            return
+        if newest is not None and newest > self.now + CLOCK_SKEW_S:
+            self.add(
+                "clock",
+                "fail",
+                f"a record was written {newest - self.now:.0f}s in this machine's future: "
+                "the clock is behind the server's",
+                "sync the clock (e.g. `timedatectl set-ntp true`)",
+            )
+            return
+        try:
+            zones = zoneinfo.available_timezones()
+        except Exception:
+            zones = set()
+        if not zones:
+            self.add(
+                "clock",
+                "warn",
+                "no time zone database: cron specs with a tz are marked invalid_spec",
+                "install tzdata (`pip install tzdata` or the system package)",
+            )
+            return
+        self.add("clock", "ok", "the clock is set and the time zone database is there")
+
+
+async def diagnose(config: Config, now: float) -> list[Check]:
+    """Run every check and return the findings in order."""
+    return await _Doctor(config, now).run()
