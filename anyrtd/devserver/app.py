@@ -164,6 +164,7 @@ def make_app(hub: Hub, device: Device) -> web.Application:
     r.add_post("/_dev/partition", _partition)
     r.add_post("/_dev/heal", _heal)
     r.add_post("/_dev/sync-delay", _sync_delay)
+    r.add_post("/_dev/sync", _sync_now)
     r.add_post("/_dev/faults", _faults)
     r.add_post("/_dev/reinit", _reinit)
     return app
@@ -664,6 +665,17 @@ async def _sync_delay(request: web.Request) -> web.Response:
         raise bad_request(f"seconds: expected a number from 0 to 3600, got {_shown(seconds)}")
     topo = hub.store.topology
     await _set_topology(hub, Topology(topo.replicas, float(seconds), topo.partitioned))
+    return _ok(await hub.state())
+
+
+async def _sync_now(request: web.Request) -> web.Response:
+    hub, _ = _ctx(request)
+    _need_replicas(hub)
+    while True:
+        applied, touched = await hub.run(hub.store.deliver, hub.clock.now(), early=True)
+        hub.notify(touched)
+        if not applied:
+            break
     return _ok(await hub.state())
 
 

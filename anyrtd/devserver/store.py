@@ -674,8 +674,10 @@ class Store:
         self._log(dst, where, rid, "update" if row else "create", _flat(rid, saved))
         return True
 
-    def deliver(self, now: float, limit: int = 500) -> tuple[int, set[tuple[int, str]]]:
-        """Apply queued writes that are due and not cut off; return (how many, feeds grown)."""
+    def deliver(
+        self, now: float, limit: int = 500, *, early: bool = False
+    ) -> tuple[int, set[tuple[int, str]]]:
+        """Apply queued writes due (all with `early`) and not cut off: (how many, feeds grown)."""
         cut = sorted(self.topology.partitioned)
         marks = ",".join("?" * len(cut))
         excluded = f" AND src NOT IN ({marks}) AND dst NOT IN ({marks})" if cut else ""
@@ -683,8 +685,8 @@ class Store:
         with self._tx():
             rows = self._q(
                 "SELECT id, dst, space, object_id, dataset, rec_id, delta FROM sync_queue "
-                f"WHERE due <= ?{excluded} ORDER BY id LIMIT ?",
-                (now, *cut, *cut, limit),
+                f"WHERE (due <= ? OR ?){excluded} ORDER BY id LIMIT ?",
+                (now, int(early), *cut, *cut, limit),
             )
             for qid, dst, space, obj, ds, rid, delta in rows:
                 if self._apply(
