@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import time
@@ -17,15 +18,18 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from anyrtd import __version__
+from anyrtd import __version__, standing
+from anyrtd.chat import CHAT_WATCH_PROGRAM, ChatWatch, current_generation, seed_chat_watch
 from anyrtd.client import Change, Dataset, ServerClient, ServerError, ServerUnavailable
 from anyrtd.clock import Clock, SystemClock
 from anyrtd.config import Config
 from anyrtd.election import AlwaysActive, Gate
+from anyrtd.events import CHAT_DATASET, ChatMessage, LiveGate, event_target, fires, new_message
 from anyrtd.metrics import Stats
 from anyrtd.mirror import RUNNING, AsyncMirror, Batch, Mirror, RunRow
 from anyrtd.model import TriggerDef, health_marker
 from anyrtd.outbox import RUNS, TRIGGERS, drain
+from anyrtd.programs.chat import AGENT_BUNDLE, GENERAL_CHAT_SEED
 from anyrtd.reconcile import (
     Adopt,
     Confirm,
@@ -148,6 +152,7 @@ class Daemon:
         self.last_tick_mono: float | None = None
         self.reconciled = asyncio.Event()
         self._batch = Batch()
+        self._commit_lock = asyncio.Lock()
         self._dirty: set[str] = set()
         self._unconfirmed: set[str] = set()
         self._tombstones: set[str] = set()
@@ -167,6 +172,27 @@ class Daemon:
         self.listeners: list[Callable[[], None]] = []
         self.outbox_depth = 0
         self.runs_today = 0
+        # Event triggers, the chat responder and the standing built-ins (docs/events.md,
+        # docs/election.md).
+        self.live = LiveGate(since=self.clock.now())
+        self.chat = ChatWatch(
+            agent_name=config.agent_name,
+            client=self.client,
+            clock=self.clock,
+            scheduler=self,
+            fire=self.converse,
+        )
+        self.chat_watch_id: str | None = None
+        self._holding_role = False
+        self.runner.install(CHAT_WATCH_PROGRAM, self.chat.converse)
+        self.runner.install(
+            standing.DECAY_PROGRAM,
+            standing.decay_program(
+                runs=lambda: self.places.runs if self.places is not None else None,
+                prune_mirror=self._prune_runs,
+                days=lambda: self.config.decay_days,
+            ),
+        )
 
     # start and stop
 
@@ -239,6 +265,8 @@ class Daemon:
         """Open, run the first reconcile, and start the loops."""
         if self.db is None:
             await self.open()
+        await self.gate.boot()
+        self.live.since = self.clock.now()
         await self.tick()
         self._tasks = [
             asyncio.create_task(self._loop(self._tick_loop), name="anyrtd-tick"),
@@ -246,6 +274,10 @@ class Daemon:
             asyncio.create_task(self._loop(self._feed_loop), name="anyrtd-feed"),
             asyncio.create_task(self._loop(self._outbox_loop), name="anyrtd-outbox"),
         ]
+        if self.gate.poll_interval_s is not None:
+            self._tasks.append(
+                asyncio.create_task(self._loop(self._election_loop), name="anyrtd-election")
+            )
 
     async def stop(self) -> None:
         """Stop firing, let in-flight runs finish within the grace period, then interrupt them."""
@@ -256,6 +288,7 @@ class Daemon:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
+        await self.chat.stop()
         if self._runs:
             log.info("waiting up to %.1fs for %d runs", self.config.grace_s, len(self._runs))
             _, pending = await asyncio.wait(set(self._runs), timeout=self.config.grace_s)
@@ -340,6 +373,7 @@ class Daemon:
             await self._try_resolve(now)
         if self.places is not None:
             await self._sync(now)
+            await self._seed_chat_watch()
         verdict = self.gate.verdict
         ids: Iterable[str]
         if verdict != self._last_verdict:
@@ -350,8 +384,11 @@ class Daemon:
             ids = self._dirty | self._unconfirmed
             self._dirty = set()
         if self.peer_id is not None:
+            self._sync_role(verdict, now)
             self._reconcile(ids, now, verdict)
+            self._refresh_standing(ids, now)
         await self._commit(now)
+        await self._tend_chat_watch()
         self._rearm.set()
         self._outbox_kick.set()
         self.stats.ticks += 1
@@ -571,9 +608,27 @@ class Daemon:
         self.records.write(rid, fields, unset)
 
     async def _commit(self, now: float) -> None:
+        """Write what is pending in one transaction; return once it is durable.
+
+        Callers that arrive while a commit is in flight wait for it, and the first of them
+        then writes everything pending at once (a group commit): a thousand runs ending
+        together cost a few transactions, not a thousand.
+        """
+        if not self._batch:
+            return
+        async with self._commit_lock:
+            await self._commit_pending(now)
+
+    async def _commit_pending(self, now: float) -> None:
         batch, self._batch = self._batch, Batch()
         if batch and self.db is not None:
-            await self.db.call(lambda m: m.commit(batch, now))
+            try:
+                await self.db.call(lambda m: m.commit(batch, now))
+            except Exception:
+                # One transaction, so nothing of it was written (say the mirror stayed locked
+                # past busy_timeout): keep it for the next commit, ahead of what came since.
+                self._batch = _merged(batch, self._batch)
+                raise
             if batch.outbox:
                 self._outbox_kick.set()
 
@@ -835,6 +890,15 @@ def run_record(row: RunRow) -> dict[str, Any]:
         "title": result.get("title"),
         "scheduledAt": row.scheduled_at,
     }
+
+
+def _merged(first: Batch, then: Batch) -> Batch:
+    """Return one batch holding the writes of `first`, then those of `then`."""
+    out = Batch(meta={**first.meta, **then.meta})
+    for f in dataclasses.fields(Batch):
+        if f.name != "meta":
+            setattr(out, f.name, [*getattr(first, f.name), *getattr(then, f.name)])
+    return out
 
 
 def _is_stamp(peer: str | None) -> bool:
