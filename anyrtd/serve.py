@@ -16,6 +16,9 @@ from anyrtd.notify import Notifier, run_watchdog
 
 log = logging.getLogger("anyrtd.serve")
 
+# The start of `last_error` after a refused reload; a good reload clears it.
+REFUSED = "reload refused: "
+
 
 class StartError(Exception):
     """The daemon cannot start; the message says why and what to do."""
@@ -32,6 +35,14 @@ def status_line(daemon: Daemon) -> str:
     if daemon.stats.last_error:
         parts.append(f"last error: {daemon.stats.last_error}")
     return "; ".join(parts)
+
+
+def watchdog_stall_after(tick_s: float, watchdog_interval: float | None) -> float:
+    """Return how long the tick loop may make no progress before the watchdog pings stop."""
+    # WatchdogSec= (twice the ping interval) is the operator's word on how long a stall may
+    # last, but never less than three ticks: the gap a healthy loop may leave between two.
+    watchdog_s = 2 * watchdog_interval if watchdog_interval else 0.0
+    return max(3 * tick_s, watchdog_s)
 
 
 async def serve(
@@ -67,7 +78,7 @@ async def serve(
             run_watchdog(
                 notifier,
                 lambda: daemon.last_tick_mono or 0.0,
-                stall_after=max(3 * config.tick_s, 30.0),
+                stall_after=watchdog_stall_after(config.tick_s, notifier.watchdog_interval),
                 clock=daemon.clock,
             )
         ),
@@ -98,10 +109,12 @@ def _reload(daemon: Daemon, notifier: Notifier, reload: Callable[[], Config]) ->
     try:
         new = reload()
     except ConfigError as exc:
-        daemon.stats.last_error = f"reload refused: {exc}"
+        daemon.stats.last_error = f"{REFUSED}{exc}"
         log.error("reload refused, keeping the running configuration: %s", exc)
-        notifier.ready(f"reload refused: {exc}")
+        notifier.ready(status_line(daemon))
         return
     daemon.apply_config(new)
+    if daemon.stats.last_error and daemon.stats.last_error.startswith(REFUSED):
+        daemon.stats.last_error = None
     log.info("configuration reloaded from %s", new.source or "defaults")
     notifier.ready(status_line(daemon))
