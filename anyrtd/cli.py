@@ -161,6 +161,7 @@ def db_current(config: Config) -> None:
 
 
 from anyrtd.control.cli import COMMANDS  # noqa: E402 - needs config_options defined above
+from anyrtd.dev import dev  # noqa: E402
 
-for _command in COMMANDS:
+for _command in [dev, *COMMANDS]:
     main.add_command(_command)
