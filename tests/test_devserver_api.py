@@ -464,3 +464,21 @@ async def test_garbage_on_the_socket_does_not_hurt_the_server(three: DevServer) 
         assert reply == b"" or reply.startswith(b"HTTP/1.1 4") or reply.startswith(b"HTTP/1.0 4")
     async with httpx.AsyncClient(base_url=three.url) as http:
         assert (await http.get("/v1/spaces")).status_code == 200
+
+
+async def test_an_unexpected_failure_is_a_500_error_body_not_a_dropped_connection(
+    three: DevServer,
+    http: list[httpx.AsyncClient],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def broken() -> list[dict[str, str]]:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(three.hub.store, "spaces", broken)
+    resp = await http[0].get("/v1/spaces")
+    assert resp.status_code == 500 and error_code(resp) == "internal"
+    assert "a bug" not in resp.text
+    assert any("GET /v1/spaces failed" in r.getMessage() for r in caplog.records)
+    monkeypatch.undo()
+    assert (await http[0].get("/v1/spaces")).status_code == 200

@@ -426,3 +426,17 @@ def test_module_entry_point_runs_the_devserver(tmp_path: Path) -> None:
             proc.kill()
         proc.wait()
         proc.stdout.close()  # type: ignore[union-attr]
+
+
+def test_a_db_that_is_not_a_devserver_database_is_a_clear_error(tmp_path: Path) -> None:
+    bad = tmp_path / "notes.txt"
+    bad.write_text("these are my notes, not a database\n" * 100)
+    done = subprocess.run(
+        [*anyrtd_command(), "devserver", "--port", "0", "--db", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1 and done.stdout == ""
+    assert "not a devserver database" in done.stderr and "Traceback" not in done.stderr
+    assert bad.read_text().startswith("these are my notes")

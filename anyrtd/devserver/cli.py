@@ -12,8 +12,8 @@ from pathlib import Path
 import click
 
 from anyrtd.config import default_state_dir
-from anyrtd.devserver.errors import ApiError
 from anyrtd.devserver.server import DevServerError, start_devserver
+from anyrtd.devserver.store import StoreError
 
 LINE = "anyrtd devserver: device {index} {peer} {url}"
 """The line printed per device on start; tests and scripts parse it."""
@@ -88,10 +88,8 @@ def devserver(
                 sync_delay or 0.0,
             )
         )
-    except (DevServerError, ApiError) as exc:
-        raise click.ClickException(
-            str(exc) if isinstance(exc, DevServerError) else exc.message
-        ) from None
+    except (DevServerError, StoreError) as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 async def _serve(

@@ -72,11 +72,16 @@ class DevServer:
         hub = self.hub
         while True:
             hub.sync_wake.clear()
-            applied, touched = await hub.run(hub.store.deliver, hub.clock.now())
-            hub.notify(touched)
+            try:
+                applied, touched = await hub.run(hub.store.deliver, hub.clock.now())
+                hub.notify(touched)
+                due = None if applied else await hub.run(hub.store.next_due)
+            except Exception:
+                # Keep replicating after a failed round; the queue still holds the writes.
+                log.exception("replication round failed; retrying in a second")
+                applied, due = 0, hub.clock.now() + 1.0
             if applied:
                 continue
-            due = await hub.run(hub.store.next_due)
             timeout = None if due is None else due - hub.clock.now()
             if timeout is not None and timeout <= 0:
                 continue

@@ -84,6 +84,10 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), allow_nan=False)
 
 
+class StoreError(Exception):
+    """The database file cannot be used; the message names it and says what to do."""
+
+
 @dataclass
 class Topology:
     """Which replica each device writes to and how writes travel between replicas."""
@@ -148,25 +152,28 @@ class Store:
 
     def open(self) -> None:
         """Open (creating when missing) the database file and its schema."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(f"--db {self.path}: cannot open it: {exc}") from None
         try:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute("PRAGMA busy_timeout=30000")
             db.executescript(_SCHEMA)
-        except sqlite3.DatabaseError as exc:
+        except sqlite3.Error as exc:
             db.close()
-            raise ApiError(500, "bad_db", f"{self.path}: not a devserver database: {exc}") from exc
+            raise StoreError(
+                f"--db {self.path}: not a devserver database ({exc}); point --db at a new file"
+            ) from None
         self._db = db
         with self._tx():
             version = self._meta("schema")
             if version is not None and int(version) > SCHEMA_VERSION:
-                raise ApiError(
-                    500,
-                    "bad_db",
-                    f"{self.path}: written by a newer devserver "
-                    f"(schema {version}); use a new --db file",
+                raise StoreError(
+                    f"--db {self.path}: written by a newer devserver (schema "
+                    f"{version}); use that version or a new --db file"
                 )
             self._set_meta("schema", str(SCHEMA_VERSION))
             salt = self._meta("salt")
