@@ -20,7 +20,7 @@ from typing import Any
 
 from anyrtd import __version__, standing
 from anyrtd.chat import CHAT_WATCH_PROGRAM, ChatWatch, current_generation, seed_chat_watch
-from anyrtd.client import Change, Dataset, ServerClient, ServerError, ServerUnavailable
+from anyrtd.client import Change, Dataset, Record, ServerClient, ServerError, ServerUnavailable
 from anyrtd.clock import Clock, SystemClock
 from anyrtd.config import Config
 from anyrtd.election import AlwaysActive, Gate
@@ -158,7 +158,8 @@ class Daemon:
         self._tombstones: set[str] = set()
         self._malformed_logged: dict[str, int | None] = {}
         self._cursor: int | None = None
-        self._feed_buffer: list[Change] = []
+        self._feed_buffer: list[Change | list[Record]] = []
+        self._resolved = False
         self._last_full: float | None = None
         self._last_verdict: str | None = None
         self._wake = asyncio.Event()
@@ -271,7 +272,7 @@ class Daemon:
         self._tasks = [
             asyncio.create_task(self._loop(self._tick_loop), name="anyrtd-tick"),
             asyncio.create_task(self._loop(self._timer_loop), name="anyrtd-timer"),
-            asyncio.create_task(self._loop(self._feed_loop), name="anyrtd-feed"),
+            asyncio.create_task(self._loop(self._sync_loop), name="anyrtd-sync"),
             asyncio.create_task(self._loop(self._outbox_loop), name="anyrtd-outbox"),
         ]
         if self.gate.poll_interval_s is not None:
@@ -369,10 +370,8 @@ class Daemon:
         """Sync the records, reconcile the registry on them, and persist what changed."""
         started = time.perf_counter()
         now = self.clock.now()
-        if self.places is None or self.peer_id is None or self._last_full is None:
-            await self._try_resolve(now)
+        self._apply_buffered()
         if self.places is not None:
-            await self._sync(now)
             await self._seed_chat_watch()
         verdict = self.gate.verdict
         ids: Iterable[str]
@@ -408,6 +407,7 @@ class Daemon:
                 self._server_away = True
                 log.warning("the server is not answering (%s); running from the mirror", exc)
             return
+        self._resolved = True
         if self._server_away:
             self._server_away = False
             log.info("the server answers again")
@@ -426,22 +426,21 @@ class Daemon:
             peer = f"anyrt-{os.getpid()}"
         return places, peer
 
-    async def _sync(self, now: float) -> None:
-        assert self.places is not None
-        full_due = (
+    def _apply_buffered(self) -> None:
+        """Apply what the sync loop read since the last tick, in the order it was read."""
+        buffered, self._feed_buffer = self._feed_buffer, []
+        for item in buffered:
+            if isinstance(item, Change):
+                self._apply_change(item)
+            else:
+                self._apply_full_read(item)
+
+    def _full_read_due(self, now: float) -> bool:
+        return (
             self._last_full is None
             or not self.feed_available
             or now - self._last_full >= self.config.full_resync_s
         )
-        try:
-            if full_due:
-                await self._full_read(now)
-        except (ServerUnavailable, ServerError) as exc:
-            self.stats.last_error = f"server: {exc}"
-            log.debug("full read failed: %s", exc)
-        buffered, self._feed_buffer = self._feed_buffer, []
-        for change in buffered:
-            self._apply_change(change)
 
     async def _full_read(self, now: float) -> None:
         assert self.places is not None
@@ -454,6 +453,10 @@ class Daemon:
                 self._cursor = page.seq
                 self._batch.meta["cursor"] = str(page.seq)
         records = await self.client.query_all(self.places.triggers, include_deleted=True)
+        self._feed_buffer.append(records)
+        self._last_full = now
+
+    def _apply_full_read(self, records: list[Record]) -> None:
         seen: set[str] = set()
         for record in records:
             rid = str(record.get("id", ""))
@@ -464,7 +467,6 @@ class Daemon:
                 self._remember(record)
         for rid in [r for r in self.records.ids() if r not in seen]:
             self._forget(rid)
-        self._last_full = now
 
     def _feature_feed_missing(self) -> None:
         if self.feed_available:
@@ -632,6 +634,173 @@ class Daemon:
             if batch.outbox:
                 self._outbox_kick.set()
 
+    # the active role: standing built-ins and chat-watch (docs/election.md)
+
+    def _sync_role(self, verdict: str, now: float) -> None:
+        """Take the active role's set (standing built-ins, chat-watch) or give it up."""
+        if verdict == "active":
+            if not self._holding_role:
+                self._holding_role = True
+                self._take_over(now)
+            return
+        if self._holding_role:
+            self._holding_role = False
+            self._stand_down(verdict)
+        for s in standing.STANDING:
+            # Entries restored from the mirror on a device that is not active.
+            if self.registry.remove(s.id) is not None:
+                self._batch.evict.append(s.id)
+
+    def _take_over(self, now: float) -> None:
+        assert self.peer_id is not None
+        fresh = standing.entries(self.peer_id, self.records.raw, self.runner.is_installed, now)
+        for entry in fresh:
+            old = self.registry.get(entry.id)
+            entry.running = old.running if old is not None else 0
+            self.registry.put(entry)
+            self.registry.arm(entry, now)  # strictly forward: no wake-and-replay burst
+            self._save(entry)
+            self.write_trigger(entry.id, standing.STANDING_BY_ID[entry.id].fields(self.peer_id))
+        listed = [e.id for e in fresh if e.row.marker is not None]
+        log.info(
+            "took the active role: standing built-ins armed%s",
+            f" ({', '.join(listed)} not installed)" if listed else "",
+        )
+        cw = self.chat_watch_id
+        defn = self.records.parsed.get(cw) if cw is not None else None
+        if isinstance(defn, TriggerDef) and defn.owner != self.peer_id:
+            self._adopt(defn, claim=True, now=now)  # re-stamp it; it confirms like any claim
+
+    def _stand_down(self, verdict: str) -> None:
+        for s in standing.STANDING:
+            if self.registry.remove(s.id) is not None:
+                self._batch.evict.append(s.id)
+        cw = self.chat_watch_id
+        defn = self.records.parsed.get(cw) if cw is not None else None
+        if isinstance(defn, TriggerDef) and defn.owner == self.peer_id:
+            self.write_trigger(defn.id, {"owner": ""})  # so the new winner can take it
+        dropped = self.chat.disconnect(f"this device is {verdict} now")
+        log.info(
+            "stood down (%s): standing built-ins stopped, chat-watch released%s",
+            verdict,
+            f", {dropped} deferred conversations dropped" if dropped else "",
+        )
+
+    def _refresh_standing(self, ids: Iterable[str], now: float) -> None:
+        """Apply an `enabled` edit of a standing built-in's record to its entry."""
+        if not self._holding_role or self.peer_id is None:
+            return
+        for rid in set(ids) & standing.STANDING_BUILTINS:
+            entry = self.registry.get(rid)
+            rec = self.records.parsed.get(rid)
+            if (
+                entry is not None
+                and isinstance(rec, TriggerDef)
+                and rec.enabled != entry.row.enabled
+            ):
+                defn = standing.definition(
+                    standing.STANDING_BY_ID[rid], self.peer_id, self.records.raw(rid)
+                )
+                self._toggle(defn, rec.enabled, now)
+
+    async def _seed_chat_watch(self) -> None:
+        """Seed the reserved chat-watch record once per boot, when none exists."""
+        if self.chat_watch_id is not None or self.places is None or self._last_full is None:
+            return
+        rid = current_generation(self._tombstones)
+        if rid not in self.records:
+            try:
+                chat = await self.client.child(self.places.space, AGENT_BUNDLE, GENERAL_CHAT_SEED)
+                rid = await seed_chat_watch(
+                    self.client,
+                    self.places.triggers,
+                    chat,
+                    known=set(self.records.ids()),
+                    tombstoned=self._tombstones,
+                )
+                records, _ = await self.client.query(self.places.triggers, filter={"id": rid})
+            except (ServerUnavailable, ServerError) as exc:
+                log.debug("chat-watch not seeded yet: %s", exc)
+                return
+            for record in records:
+                self._remember(record)
+        self.chat_watch_id = rid
+
+    async def _tend_chat_watch(self) -> None:
+        """Connect the chat watch while this device holds an enabled, confirmed chat-watch."""
+        cw = self.chat_watch_id
+        entry = self.registry.get(cw) if cw is not None else None
+        target = None
+        if (
+            entry is not None
+            and entry.confirmed
+            and entry.row.enabled
+            and entry.row.marker is None
+            and entry.defn.program == CHAT_WATCH_PROGRAM
+            and self.gate.verdict != "pruned"
+        ):
+            target = event_target(entry.defn, self.config.space)
+        if target is None:
+            if self.chat.connected:
+                self.chat.disconnect("this device no longer holds an enabled chat-watch")
+            return
+        assert cw is not None
+        await self.chat.connect(cw, Dataset(target[0], target[1], CHAT_DATASET))
+
+    # event triggers (docs/events.md)
+
+    async def _listen(self, space: str) -> None:
+        """Note the feed's head: messages up to it arrived before this process listened."""
+        page = await self.client.changes(space, since=2**53, wait=0)
+        if page is not None:
+            self.live.heads.setdefault(space, page.seq)
+
+    async def _route_events(self, changes: Iterable[Change], space: str) -> None:
+        """Fire the event triggers (and offer chat-watch) the new messages among `changes`."""
+        if self.gate.verdict == "pruned" or self.peer_id is None:
+            return
+        messages = [
+            m for c in changes if (m := new_message(c, space)) is not None and self.live.admits(m)
+        ]
+        if not messages:
+            return
+        listening = [
+            e.defn
+            for e in self.registry.entries.values()
+            if e.defn.kind == "event" and e.confirmed and e.row.enabled and e.row.marker is None
+        ]
+        now = self.clock.now()
+        for message in messages:
+            agent = self.config.agent_name
+            for defn in fires(message, listening, agent_space=self.config.space, agent_name=agent):
+                if defn.id == self.chat_watch_id and defn.program == CHAT_WATCH_PROGRAM:
+                    self.chat.offer(message)
+                elif (entry := self.registry.get(defn.id)) is not None:
+                    await self._fire_event(entry, message, now)
+
+    async def converse(self, trigger_id: str, message: ChatMessage) -> asyncio.Task[None] | None:
+        """Start the chat-watch conversation run for `message`; return its task."""
+        entry = self.registry.get(trigger_id)
+        if entry is None or not (entry.confirmed and entry.row.enabled):
+            return None
+        return await self._fire_event(entry, message, self.clock.now())
+
+    async def _fire_event(
+        self, entry: Entry, message: ChatMessage, now: float
+    ) -> asyncio.Task[None] | None:
+        # The run serves the message: its scheduledAt is the message's createdAt.
+        at = message.created_at if message.created_at is not None else now
+        start = self._prepare(entry, at, now)
+        if start is None:
+            return None
+        _, row, args = start
+        args["event"] = message.payload()
+        await self._commit(now)
+        return self._spawn(entry, row, args)
+
+    async def _prune_runs(self, before: float) -> int:
+        return int(await self.db_call(lambda m: m.prune_runs(before)))
+
     # firing
 
     async def fire_due(self, now: float) -> list[str]:
@@ -709,11 +878,12 @@ class Daemon:
         )
         return entry, row, dict(defn.args)
 
-    def _spawn(self, entry: Entry, row: RunRow, args: dict[str, Any]) -> None:
+    def _spawn(self, entry: Entry, row: RunRow, args: dict[str, Any]) -> asyncio.Task[None]:
         entry.running += 1
         task = asyncio.create_task(self._run(entry, row, args), name=f"run-{row.run_id}")
         self._runs.add(task)
         task.add_done_callback(self._runs.discard)
+        return task
 
     async def _run(self, entry: Entry, row: RunRow, args: dict[str, Any]) -> None:
         request = RunRequest(
@@ -813,24 +983,42 @@ class Daemon:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._rearm.wait(), timeout=timeout)
 
-    async def _feed_loop(self) -> None:
-        if self.places is None or self._cursor is None or not self.feed_available:
-            await asyncio.sleep(self.config.tick_s)
-            return
+    async def _sync_loop(self) -> None:
         try:
-            await self.poll_feed(wait=FEED_WAIT_S)
+            await self.sync(wait=FEED_WAIT_S)
         except (ServerUnavailable, ServerError) as exc:
-            log.debug("change feed: %s", exc)
+            log.debug("sync: %s", exc)
             await asyncio.sleep(min(self.config.tick_s, 2.0))
+            return
+        if not self._resolved or not self.feed_available:
+            await asyncio.sleep(self.config.tick_s)
 
-    async def poll_feed(self, wait: float = 0.0) -> int:
-        """Read the change feed once (long-polling up to `wait` s); return the changes kept."""
+    async def sync(self, wait: float = 0.0) -> int:
+        """Take one step of the sync loop; return how many trigger changes it buffered.
+
+        Resolve the server when not yet done, re-read every record when a full read is
+        due (the first one, every `full_resync_s`, or every step without a change feed),
+        else follow the change feed, long-polling up to `wait` s. The tick applies what
+        was buffered, so a tick itself never waits on the network.
+        """
+        now = self.clock.now()
+        if not self._resolved:
+            await self._try_resolve(now)
+            if not self._resolved:
+                return 0
+        if self._full_read_due(now):
+            await self._full_read(now)
+            self._wake.set()
+            return 1
         if self.places is None or self._cursor is None or not self.feed_available:
             return 0
+        if self.places.space not in self.live.heads:
+            await self._listen(self.places.space)
         page = await self.client.changes(self.places.space, self._cursor, wait=wait)
         if page is None:
             self._feature_feed_missing()
             return 0
+        await self._route_events(page.changes, self.places.space)
         relevant = [c for c in page.changes if self.places.matches_triggers(c)]
         self._cursor = max(self._cursor, page.seq)
         self._batch.meta["cursor"] = str(self._cursor)
@@ -838,6 +1026,12 @@ class Daemon:
             self._feed_buffer.extend(relevant)
             self._wake.set()
         return len(relevant)
+
+    async def _election_loop(self) -> None:
+        await asyncio.sleep(self.gate.poll_interval_s or 60.0)
+        before = self.gate.verdict
+        if await self.gate.poll() != before:
+            self._wake.set()  # the next tick reconciles every id under the new verdict
 
     async def _outbox_loop(self) -> None:
         with contextlib.suppress(TimeoutError):
