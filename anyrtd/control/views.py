@@ -170,6 +170,7 @@ TRIGGER_STATES = (
     "claiming",
     "invalid_spec",
     "unsupported_source",
+    "not_installed",
 )
 RUN_STATUSES = ("ok", "FAILED", "incomplete", "interrupted")
 
