@@ -6,6 +6,7 @@ from __future__ import annotations
 # `devserver`: a real `anyrtd devserver --port 0` subprocess on a fresh SQLite file.
 # `devserver_factory(devices=N, replicated=..., sync_delay=..., space=..., db=...)`: the same
 # with options. `devserver_inprocess`: `start_devserver` in the test's own event loop.
+# `.admin("partition", {"device": 2})`, `.admin("state")`...: the devserver's /_dev/ routes.
 import os
 import queue
 import re
@@ -17,7 +18,9 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from anyrtd.devserver import DevServer, start_devserver
@@ -108,6 +111,17 @@ class DevserverProcess:
             if proc.stdout is not None:
                 proc.stdout.close()
         return self.returncode
+
+    def admin(self, path: str, body: dict[str, Any] | None = None, device: int = 1) -> Any:
+        """Call a `/_dev/` route (`state` is a GET, the rest POST) on a device's port."""
+        url = f"{self.urls[device - 1]}/_dev/{path}"
+        resp = (
+            httpx.get(url, timeout=10)
+            if path == "state"
+            else httpx.post(url, json=body or {}, timeout=10)
+        )
+        assert resp.status_code == 200, resp.text
+        return resp.json()
 
     def restart(self) -> DevserverProcess:
         """Stop and start again on the same --db (new ports: read `.urls` again)."""

@@ -363,3 +363,13 @@ def test_a_new_replica_starts_as_a_copy_of_device_1(
     assert resp.status_code == 409
     feed = httpx.get(f"{again.urls[1]}/v1/spaces/bao/changes", timeout=10).json()["changes"]
     assert [(c["id"], c["op"]) for c in feed] == [("a", "create"), ("gone", "delete")]
+
+
+def test_the_fixture_drives_the_admin_routes(devserver_factory: Factory) -> None:
+    dev = devserver_factory(devices=2, replicated=True)
+    assert dev.admin("partition", {"device": 2})["partitioned"] == [2]
+    assert dev.admin("state", device=2)["devices"][1]["partitioned"] is True
+    assert dev.admin("heal")["partitioned"] == []
+    faults = dev.admin("faults", {"devices": "missing"}, device=2)["faults"]
+    assert faults == {"devices": "missing", "changes": None}
+    assert httpx.get(f"{dev.urls[1]}/v1/devices", timeout=10).status_code == 404
