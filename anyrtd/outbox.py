@@ -29,14 +29,15 @@ class DrainResult:
 
 
 def coalesce(items: list[OutboxItem]) -> list[tuple[str, list[OutboxItem]]]:
-    """Group consecutive items of one dataset, keeping the queue's order."""
-    groups: list[tuple[str, list[OutboxItem]]] = []
+    """Group a window of queued items by dataset, keeping each record's writes in order.
+
+    Writes to different records are independent, so one request per dataset carries the
+    whole window; the order that matters, that of the writes to one record, is kept.
+    """
+    groups: dict[str, list[OutboxItem]] = {}
     for item in items:
-        if groups and groups[-1][0] == item.dataset:
-            groups[-1][1].append(item)
-        else:
-            groups.append((item.dataset, [item]))
-    return groups
+        groups.setdefault(item.dataset, []).append(item)
+    return list(groups.items())
 
 
 def merge(items: list[OutboxItem]) -> list[Upsert]:

@@ -126,9 +126,10 @@ async def bench_tick(url: str, n: int) -> dict[str, Any]:
         daemon = make_daemon(url, Path(tmp), probe)
         await daemon.open()
         t0 = time.perf_counter()
+        await daemon.sync(0)
         await daemon.tick()
         adopt_s = time.perf_counter() - t0
-        assert len(daemon.registry) == n, len(daemon.registry)
+        assert len(daemon.registry) >= n, len(daemon.registry)
         cpu: list[float] = []
         for _ in range(200):
             c0 = time.process_time()
@@ -173,6 +174,7 @@ async def bench_startup(url: str, n: int) -> dict[str, Any]:
         probe = Probe()
         daemon = make_daemon(url, Path(tmp), probe)
         await daemon.open()
+        await daemon.sync(0)
         await daemon.tick()
         await daemon.stop()
         out = subprocess.run(
@@ -209,6 +211,7 @@ async def bench_burst(url: str, n: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         daemon = make_daemon(url, Path(tmp), probe)
         await daemon.open()
+        await daemon.sync(0)
         await daemon.tick()
         assert daemon.places is not None
         at = time.time() + 3
