@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from anyrtd import __version__, standing
-from anyrtd.chat import CHAT_WATCH_PROGRAM, ChatWatch, current_generation, seed_chat_watch
+from anyrtd.chat import CHAT_WATCH_PROGRAM, ChatWatch, ensure_chat_watch
 from anyrtd.client import Change, Dataset, Record, ServerClient, ServerError, ServerUnavailable
 from anyrtd.clock import Clock, SystemClock
 from anyrtd.config import Config
@@ -29,7 +29,6 @@ from anyrtd.metrics import Stats
 from anyrtd.mirror import RUNNING, AsyncMirror, Batch, Mirror, RunRow
 from anyrtd.model import TriggerDef, health_marker
 from anyrtd.outbox import RUNS, TRIGGERS, drain
-from anyrtd.programs.chat import AGENT_BUNDLE, GENERAL_CHAT_SEED
 from anyrtd.reconcile import (
     Adopt,
     Confirm,
@@ -268,6 +267,10 @@ class Daemon:
             await self.open()
         await self.gate.boot()
         self.live.since = self.clock.now()
+        # The first reconcile works on the server's records when it answers (READY=1 waits
+        # for it); when it does not, it works on the mirror's and the sync loop keeps trying.
+        with contextlib.suppress(ServerUnavailable, ServerError):
+            await self.sync()
         await self.tick()
         self._tasks = [
             asyncio.create_task(self._loop(self._tick_loop), name="anyrtd-tick"),
@@ -371,8 +374,6 @@ class Daemon:
         started = time.perf_counter()
         now = self.clock.now()
         self._apply_buffered()
-        if self.places is not None:
-            await self._seed_chat_watch()
         verdict = self.gate.verdict
         ids: Iterable[str]
         if verdict != self._last_verdict:
@@ -387,7 +388,7 @@ class Daemon:
             self._reconcile(ids, now, verdict)
             self._refresh_standing(ids, now)
         await self._commit(now)
-        await self._tend_chat_watch()
+        self._tend_chat_watch()
         self._rearm.set()
         self._outbox_kick.set()
         self.stats.ticks += 1
@@ -589,7 +590,7 @@ class Daemon:
             return
         entry.defn = defn
         entry.row.enabled = enabled
-        entry.row.marker = health_marker(defn)
+        entry.row.marker = health_marker(defn, now)
         if enabled:
             entry.row.consecutive_failures = 0
             entry.row.armed_at = now
@@ -704,29 +705,23 @@ class Daemon:
                 self._toggle(defn, rec.enabled, now)
 
     async def _seed_chat_watch(self) -> None:
-        """Seed the reserved chat-watch record once per boot, when none exists."""
-        if self.chat_watch_id is not None or self.places is None or self._last_full is None:
+        """Find the chat-watch record, or seed it when none exists (once per boot)."""
+        assert self.places is not None
+        try:
+            rid, record = await ensure_chat_watch(
+                self.client, self.places.triggers, self.places.space
+            )
+        except (ServerUnavailable, ServerError) as exc:
+            log.debug("chat-watch not seeded yet: %s", exc)
             return
-        rid = current_generation(self._tombstones)
-        if rid not in self.records:
-            try:
-                chat = await self.client.child(self.places.space, AGENT_BUNDLE, GENERAL_CHAT_SEED)
-                rid = await seed_chat_watch(
-                    self.client,
-                    self.places.triggers,
-                    chat,
-                    known=set(self.records.ids()),
-                    tombstoned=self._tombstones,
-                )
-                records, _ = await self.client.query(self.places.triggers, filter={"id": rid})
-            except (ServerUnavailable, ServerError) as exc:
-                log.debug("chat-watch not seeded yet: %s", exc)
-                return
-            for record in records:
-                self._remember(record)
         self.chat_watch_id = rid
+        triggers = self.places.triggers
+        self._feed_buffer.append(
+            Change(0, triggers.object_id, triggers.name, rid, "update", dict(record))
+        )
+        self._wake.set()
 
-    async def _tend_chat_watch(self) -> None:
+    def _tend_chat_watch(self) -> None:
         """Connect the chat watch while this device holds an enabled, confirmed chat-watch."""
         cw = self.chat_watch_id
         entry = self.registry.get(cw) if cw is not None else None
@@ -745,7 +740,7 @@ class Daemon:
                 self.chat.disconnect("this device no longer holds an enabled chat-watch")
             return
         assert cw is not None
-        await self.chat.connect(cw, Dataset(target[0], target[1], CHAT_DATASET))
+        self.chat.connect(cw, Dataset(target[0], target[1], CHAT_DATASET))
 
     # event triggers (docs/events.md)
 
@@ -1012,6 +1007,8 @@ class Daemon:
             return 1
         if self.places is None or self._cursor is None or not self.feed_available:
             return 0
+        if self.chat_watch_id is None:
+            await self._seed_chat_watch()
         if self.places.space not in self.live.heads:
             await self._listen(self.places.space)
         page = await self.client.changes(self.places.space, self._cursor, wait=wait)

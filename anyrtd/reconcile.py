@@ -139,11 +139,11 @@ def _one(
     if not mine:
         # Unassigned: the active device claims it; anyone else lets go of it.
         if ctx.active:
-            return [Adopt(rec, claim=True), *_marker(rec)]
+            return [Adopt(rec, claim=True), *_marker(rec, ctx.now)]
         return [Evict(rid, "unassigned")] if entry is not None else []
 
     if entry is None:
-        return [Adopt(rec, claim=False), *_marker(rec)]
+        return [Adopt(rec, claim=False), *_marker(rec, ctx.now)]
     actions: list[Action] = []
     if entry.claimed_at is not None:
         if rid in pending_owner or ctx.now < entry.claimed_at + ctx.confirm_after:
@@ -158,12 +158,12 @@ def _one(
         actions.append(Toggle(rec, rec.enabled))
     elif not actions:
         actions.append(Track(rec))
-    actions.extend(_marker(rec))
+    actions.extend(_marker(rec, ctx.now))
     return actions
 
 
-def _marker(rec: TriggerDef) -> list[Action]:
-    wanted = health_marker(rec)
+def _marker(rec: TriggerDef, now: float) -> list[Action]:
+    wanted = health_marker(rec, now)
     shown = rec.rollup.last_status
     if wanted is not None:
         return [Mark(rec.id, wanted)] if shown != wanted else []

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from anyrtd.mirror import EntryRow
-from anyrtd.model import TriggerDef, health_marker
+from anyrtd.model import TriggerDef, health_marker, once_at
 from anyrtd.schedule import once_due
 
 
@@ -41,7 +41,7 @@ def new_row(defn: TriggerDef, now: float, *, claimed: bool) -> EntryRow:
         consumed=defn.kind == "once" and defn.rollup.last_run_at is not None,
         consecutive_failures=defn.rollup.consecutive_failures,
         run_count=defn.rollup.run_count,
-        marker=health_marker(defn),
+        marker=health_marker(defn, now),
         claimed_at=now if claimed else None,
     )
 
@@ -56,14 +56,8 @@ def next_fire(entry: Entry, after: float) -> float | None:
     if defn.kind == "once":
         if row.consumed:
             return None
-        return once_due(_number(defn.spec.get("at")), defn.rollup.last_run_at)
+        return once_due(once_at(defn), defn.rollup.last_run_at)
     return None
-
-
-def _number(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
 
 
 @dataclass
