@@ -1,8 +1,24 @@
-"""The gate between the election and the daemon: which verdict this device holds."""
+"""The active-instance election: which verdict this device holds, as the server decides it.
+
+The devices registry computes one winner per app slug (`active.bao` on `GET /v1/devices`);
+this module registers the device under `bao`, polls that verdict, and claims the role
+when nobody holds it. It never recomputes the winner locally. See docs/election.md.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import platform
+import socket
+from collections.abc import Callable
 from typing import Any, Literal, Protocol
+
+from anyrtd import __version__
+from anyrtd.client import DevicesView, ServerClient, ServerError, ServerUnavailable
+from anyrtd.clock import Clock, SystemClock
+
+log = logging.getLogger("anyrtd.election")
 
 Verdict = Literal["active", "standby", "pruned"]
 APP = "bao"
@@ -13,6 +29,19 @@ class Gate(Protocol):
 
     @property
     def verdict(self) -> Verdict: ...
+
+    @property
+    def poll_interval_s(self) -> float | None:
+        """Seconds between polls, or None when there is nothing to poll."""
+        ...
+
+    async def boot(self) -> None:
+        """Register this device and read the first verdict (or degrade)."""
+        ...
+
+    async def poll(self) -> Verdict:
+        """Read the verdict once and return it."""
+        ...
 
     def describe(self, peer_id: str | None) -> dict[str, Any]:
         """Return the `GET /election` body."""
@@ -26,6 +55,16 @@ class AlwaysActive:
     def verdict(self) -> Verdict:
         return "active"
 
+    @property
+    def poll_interval_s(self) -> float | None:
+        return None
+
+    async def boot(self) -> None:
+        return None
+
+    async def poll(self) -> Verdict:
+        return "active"
+
     def describe(self, peer_id: str | None) -> dict[str, Any]:
         return {
             "app": APP,
@@ -36,3 +75,209 @@ class AlwaysActive:
             "verdict": "active",
             "lastPollAt": None,
         }
+
+
+class Election:
+    """One device's view of the `bao` election, polled from its own server's devices registry.
+
+    Before `boot()` the verdict is `standby` (claim nothing until the server has spoken).
+    A server without the registry (404), or a registration that fails `boot_tries` times,
+    disables the election for the run: the gate is then always active. A read error
+    after that keeps the last verdict, so the gate never flaps.
+    """
+
+    def __init__(
+        self,
+        client: ServerClient,
+        *,
+        poll_s: float = 10.0,
+        clock: Clock | None = None,
+        version: str = __version__,
+        name: str | None = None,
+        os_name: str | None = None,
+        boot_tries: int = 3,
+        retry_s: float = 1.0,
+    ) -> None:
+        self.client = client
+        self.clock: Clock = clock or SystemClock()
+        self._poll_s = poll_s
+        self.version = version
+        self.name = name if name is not None else socket.gethostname()
+        self.os_name = os_name if os_name is not None else platform.system().lower()
+        self.boot_tries = max(1, boot_tries)
+        self.retry_s = retry_s
+        self.enabled = True
+        self.disabled_reason: str | None = None
+        self.peer_id: str | None = None
+        self.winner: str | None = None
+        self.last_poll_at: float | None = None
+        self.listeners: list[Callable[[Verdict, Verdict], None]] = []
+        self._verdict: Verdict = "standby"
+        self._recorded_winner: str | None = None
+        self._failing: str | None = None
+
+    # the Gate
+
+    @property
+    def verdict(self) -> Verdict:
+        return "active" if not self.enabled else self._verdict
+
+    @property
+    def poll_interval_s(self) -> float | None:
+        return self._poll_s if self.enabled else None
+
+    def describe(self, peer_id: str | None) -> dict[str, Any]:
+        me = peer_id or self.peer_id
+        return {
+            "app": APP,
+            "enabled": self.enabled,
+            "active": self.verdict == "active",
+            "peerId": me,
+            "winner": self.winner if self.enabled else me,
+            "verdict": self.verdict,
+            "lastPollAt": self.last_poll_at,
+        }
+
+    # boot and poll
+
+    async def boot(self) -> None:
+        """Register under `bao` (a few tries), then read the first verdict; degrade on failure."""
+        last: Exception | None = None
+        for attempt in range(self.boot_tries):
+            try:
+                await self._register()
+                last = None
+                break
+            except ServerError as exc:
+                if exc.status == 404:
+                    self._disable("the server has no devices registry (404)")
+                    return
+                if exc.code == "pruned":
+                    self._set("pruned")
+                    last = None
+                    break
+                last = exc
+            except ServerUnavailable as exc:
+                last = exc
+            if attempt + 1 < self.boot_tries:
+                # Real time on purpose: this waits on the server, not on the schedule.
+                await asyncio.sleep(self.retry_s)
+        if last is not None:
+            self._disable(f"registration failed {self.boot_tries} times (last: {last})")
+            return
+        await self.poll(boot=True)
+
+    async def poll(self, *, boot: bool = False) -> Verdict:
+        """Read the registry once, claim the role if nobody holds it, and return the verdict."""
+        if not self.enabled:
+            return "active"
+        try:
+            view = await self.client.devices()
+            if view is None:
+                if boot:
+                    self._disable("the server has no devices registry (404)")
+                    return "active"
+                raise ServerUnavailable("GET /v1/devices answered 404")
+            view = await self._settle(view)
+        except (ServerUnavailable, ServerError) as exc:
+            self._read_failed(exc)
+            return self.verdict
+        if self._failing is not None:
+            log.info("the devices registry answers again; verdict %s", self._verdict)
+            self._failing = None
+        self.last_poll_at = self.clock.now()
+        return self.verdict
+
+    async def _settle(self, view: DevicesView) -> DevicesView:
+        """Register again if our row lost `bao`, claim if nobody holds the role; set the verdict."""
+        me = view.self_id
+        if me and me != self.peer_id:
+            if self.peer_id is not None:
+                log.info("this device's peer id changed from %s to %s", self.peer_id, me)
+            self.peer_id = me
+        row = view.row(me)
+        if row is not None and row.deleted:
+            self.winner = view.active.get(APP)
+            self._set("pruned")
+            return view
+        if row is None or APP not in row.apps:
+            try:
+                await self._register()
+            except ServerError as exc:
+                if exc.code != "pruned":
+                    raise
+                self._set("pruned")
+                return view
+            view = await self._read()
+        winner = view.active.get(APP)
+        if self._should_claim(view, me, winner):
+            log.info(
+                "claiming the %s role: %s",
+                APP,
+                "nobody holds it" if winner is None else f"the winner {winner} is gone",
+            )
+            await self.client.activate(APP)
+            view = await self._read()
+            winner = view.active.get(APP)
+        self.winner = winner
+        self._recorded_winner = winner
+        self._set("active" if winner == me else "standby")
+        return view
+
+    def _should_claim(self, view: DevicesView, me: str, winner: str | None) -> bool:
+        if winner == me:
+            return False
+        live = {d.peer_id for d in view.devices if not d.deleted and APP in d.apps}
+        if not live - {me}:
+            return True  # no other live row carries apps.bao
+        if winner is None or winner not in live:
+            return True  # nobody holds the role: someone must, or the agent never answers
+        recorded = self._recorded_winner
+        # The winner we last saw is gone (pruned or removed): take over from it.
+        return recorded is not None and recorded != me and recorded not in live
+
+    async def _read(self) -> DevicesView:
+        view = await self.client.devices()
+        if view is None:
+            raise ServerUnavailable("GET /v1/devices answered 404")
+        return view
+
+    async def _register(self) -> None:
+        await self.client.register(APP, self.version, name=self.name, os=self.os_name)
+
+    # state changes
+
+    def _set(self, verdict: Verdict) -> None:
+        before = self._verdict
+        if verdict == before:
+            return
+        self._verdict = verdict
+        log.info(
+            "election: this device is now %s (was %s; winner %s)",
+            verdict,
+            before,
+            self.winner or "none",
+        )
+        for listener in self.listeners:
+            listener(before, verdict)
+
+    def _disable(self, reason: str) -> None:
+        before = self.verdict
+        self.enabled = False
+        self.disabled_reason = reason
+        log.warning(
+            "election disabled for this run: %s; this device acts as the only one (always active)",
+            reason,
+        )
+        if before != "active":
+            for listener in self.listeners:
+                listener(before, "active")
+
+    def _read_failed(self, exc: Exception) -> None:
+        text = f"{exc.__class__.__name__}: {exc}"
+        if self._failing is None:
+            log.warning("devices registry read failed (%s); keeping verdict %s", text, self.verdict)
+        self._failing = text
+
+
+__all__ = ["APP", "AlwaysActive", "Election", "Gate", "Verdict"]
