@@ -422,6 +422,12 @@ class Runner:
             self._resolved[spec] = found
         return found
 
+    def install(self, spec: str, main: ProgramFn) -> None:
+        """Add an in-process built-in (the daemon's `internal:` programs) unless one exists."""
+        if spec not in self._builtins:
+            self._builtins[spec] = main
+            self._resolved.pop(spec, None)
+
     def is_installed(self, spec: str) -> bool:
         """Return whether `spec` names a program this device can run."""
         return self.resolve(spec) is not None
