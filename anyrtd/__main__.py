@@ -1,3 +1,3 @@
 from anyrtd.cli import main
 
-main()
+main(prog_name="anyrtd")
