@@ -21,10 +21,11 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 import click
+from click.shell_completion import CompletionItem
 
 from anyrtd.cli import config_options, pop_config
 from anyrtd.client import ServerClient, ServerError, ServerUnavailable
-from anyrtd.config import Config
+from anyrtd.config import Config, load_config
 from anyrtd.control import format as fmt
 from anyrtd.control.address import AddressError
 from anyrtd.control.client import ControlClient, ControlError, ControlUnreachable
@@ -100,6 +101,26 @@ def on_server(config: Config, work: Callable[[Records], Coroutine[Any, Any, T]])
     return asyncio.run(main())
 
 
+def _complete(path: str, key: str) -> Callable[[click.Context, click.Parameter, str], list[Any]]:
+    """Return a shell-completion callback that offers ids from the daemon, if it answers."""
+
+    def complete(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+        try:
+            config = load_config(ctx.params.get("config_path"), listen=ctx.params.get("listen"))
+            with ControlClient(config.listen, token_file=config.token_file, timeout=1.0) as ctl:
+                items = ctl.get(path, **({"all": "true"} if path == "/triggers" else {}))
+        except Exception:  # completion must never fail loudly
+            return []
+        ids = [str(i.get(key)) for i in items if isinstance(i, dict)]
+        return [CompletionItem(i) for i in ids if i.startswith(incomplete)]
+
+    return complete
+
+
+complete_trigger = _complete("/triggers", "id")
+complete_run = _complete("/runs", "runId")
+
+
 def emit_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, ensure_ascii=False))
 
@@ -113,7 +134,7 @@ def path_id(value: str) -> str:
 
 @click.group()
 def triggers() -> None:
-    """See and change triggers (list, show, create, edit, enable, disable, pin, run, delete)."""
+    """See and change triggers."""
 
 
 def _peer_of(ctl: ControlClient) -> str | None:
@@ -157,7 +178,7 @@ def triggers_list(config: Config, everything: bool, as_json: bool) -> None:
 
 @triggers.command("show")
 @client_command
-@click.argument("trigger_id", metavar="ID")
+@click.argument("trigger_id", metavar="ID", shell_complete=complete_trigger)
 @json_option
 def triggers_show(config: Config, trigger_id: str, as_json: bool) -> None:
     """Show a trigger: its definition, next fire times and recent runs."""
@@ -373,7 +394,8 @@ def triggers_create(
     base: dict[str, Any] = {}
     if file is not None:
         try:
-            text = click.open_file(str(file), encoding="utf-8").read()
+            with click.open_file(str(file), encoding="utf-8") as fh:
+                text = fh.read()
         except OSError as exc:
             raise click.BadParameter(f"{file}: {exc.strerror}", param_hint="--file") from None
         base = _json_object(text, "--file")
@@ -411,7 +433,7 @@ def triggers_create(
 
 @triggers.command("edit")
 @client_command
-@click.argument("trigger_id", metavar="ID")
+@click.argument("trigger_id", metavar="ID", shell_complete=complete_trigger)
 @definition_options
 @click.option("--set", "set_pairs", multiple=True, metavar="FIELD=JSON", help="Set any field.")
 @click.option("--unset", "unset_fields", multiple=True, metavar="FIELD", help="Remove a field.")
@@ -472,7 +494,7 @@ def _state_line(t: Mapping[str, Any]) -> str:
 
 @triggers.command("enable")
 @client_command
-@click.argument("trigger_id", metavar="ID")
+@click.argument("trigger_id", metavar="ID", shell_complete=complete_trigger)
 @json_option
 def triggers_enable(config: Config, trigger_id: str, as_json: bool) -> None:
     """Enable a trigger and reset its breaker (through the daemon, written to the record)."""
@@ -486,7 +508,7 @@ def triggers_enable(config: Config, trigger_id: str, as_json: bool) -> None:
 
 @triggers.command("disable")
 @client_command
-@click.argument("trigger_id", metavar="ID")
+@click.argument("trigger_id", metavar="ID", shell_complete=complete_trigger)
 @json_option
 def triggers_disable(config: Config, trigger_id: str, as_json: bool) -> None:
     """Disable a trigger (through the daemon, written to the record)."""
@@ -500,7 +522,7 @@ def triggers_disable(config: Config, trigger_id: str, as_json: bool) -> None:
 
 @triggers.command("pin")
 @client_command
-@click.argument("trigger_id", metavar="ID")
+@click.argument("trigger_id", metavar="ID", shell_complete=complete_trigger)
 @click.argument("peer", metavar="PEER")
 @click.option("--force", is_flag=True, help="Pin even if no such device is listed.")
 def triggers_pin(config: Config, trigger_id: str, peer: str, force: bool) -> None:
@@ -518,7 +540,7 @@ def triggers_pin(config: Config, trigger_id: str, peer: str, force: bool) -> Non
 
 @triggers.command("unpin")
 @client_command
-@click.argument("trigger_id", metavar="ID")
+@click.argument("trigger_id", metavar="ID", shell_complete=complete_trigger)
 def triggers_unpin(config: Config, trigger_id: str) -> None:
     """Clear a trigger's pin: the device active now claims it."""
     on_server(config, lambda records: records.update(trigger_id, {"owner": ""}))
@@ -527,7 +549,7 @@ def triggers_unpin(config: Config, trigger_id: str) -> None:
 
 @triggers.command("run")
 @client_command
-@click.argument("trigger_id", metavar="ID")
+@click.argument("trigger_id", metavar="ID", shell_complete=complete_trigger)
 @click.option("--wait", is_flag=True, help="Wait for the run to end and print its output.")
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="With --wait.")
 @json_option
@@ -565,7 +587,7 @@ def triggers_run(
 
 @triggers.command("delete")
 @client_command
-@click.argument("trigger_id", metavar="ID")
+@click.argument("trigger_id", metavar="ID", shell_complete=complete_trigger)
 @click.option("--yes", "-y", is_flag=True, help="Do not ask.")
 def triggers_delete(config: Config, trigger_id: str, yes: bool) -> None:
     """Delete a trigger record (its id stays tombstoned: it cannot be reused)."""
@@ -582,7 +604,7 @@ def triggers_delete(config: Config, trigger_id: str, yes: bool) -> None:
 
 @click.group()
 def runs() -> None:
-    """See runs on this device (list, show)."""
+    """See the runs on this device."""
 
 
 def _runs_table(items: list[dict[str, Any]], now: float) -> str:
@@ -602,7 +624,13 @@ def _runs_table(items: list[dict[str, Any]], now: float) -> str:
 
 @runs.command("list")
 @client_command
-@click.option("--trigger", "trigger_id", metavar="ID", help="Only runs of this trigger.")
+@click.option(
+    "--trigger",
+    "trigger_id",
+    metavar="ID",
+    shell_complete=complete_trigger,
+    help="Only runs of this trigger.",
+)
 @click.option("--status", type=click.Choice(RUN_STATUSES), help="Only runs with this status.")
 @click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
 @json_option
@@ -652,7 +680,7 @@ def _print_run(run: Mapping[str, Any]) -> None:
 
 @runs.command("show")
 @client_command
-@click.argument("run_id", metavar="RUNID")
+@click.argument("run_id", metavar="RUNID", shell_complete=complete_run)
 @json_option
 def runs_show(config: Config, run_id: str, as_json: bool) -> None:
     """Show a run: its summary and captured output."""
@@ -687,7 +715,7 @@ def election(config: Config, as_json: bool) -> None:
 
 @click.group()
 def devices() -> None:
-    """See the account's devices and move the active role (list, activate)."""
+    """See the devices and move the active role."""
 
 
 @devices.command("list")
@@ -760,7 +788,7 @@ def devices_activate(config: Config, app: str) -> None:
 @client_command
 @json_option
 def doctor(config: Config, as_json: bool) -> None:
-    """Check the server, devices, anchor, mirror, daemon and clock; say how to fix each."""
+    """Check the set-up, part by part, and say how to fix what is wrong."""
     from anyrtd.control.doctor import diagnose
 
     checks = asyncio.run(diagnose(config, time.time()))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,8 @@ class ControlClient:
         self._http = httpx.Client(
             base_url=self.address.url, transport=transport, timeout=timeout, headers=headers
         )
+        self._timeout = timeout
+        self._probed = False
 
     def close(self) -> None:
         self._http.close()
@@ -65,16 +68,14 @@ class ControlClient:
         ok: tuple[int, ...] = (),
     ) -> Any:
         """Send a request; return the decoded JSON (or text) of a 2xx answer, else raise."""
+        self._probe()
         try:
             if body is None:
                 resp = self._http.request(method, path, params=params)
             else:
                 resp = self._http.request(method, path, params=params, json=body)
         except httpx.TransportError as exc:
-            raise ControlUnreachable(
-                f"cannot reach the daemon at {self.address} ({exc.__class__.__name__}): "
-                "is `anyrtd serve` running? (set --listen or ANYRTD_LISTEN if it listens elsewhere)"
-            ) from None
+            raise self._unreachable(exc.__class__.__name__) from None
         if resp.status_code >= 400 and resp.status_code not in ok:
             code, message = "error", resp.text.strip() or resp.reason_phrase
             try:
@@ -88,6 +89,28 @@ class ControlClient:
         if resp.headers.get("content-type", "").startswith("application/json"):
             return resp.json()
         return resp.text
+
+    def _unreachable(self, why: str) -> ControlUnreachable:
+        return ControlUnreachable(
+            f"cannot reach the daemon at {self.address} ({why}): is `anyrtd serve` running? "
+            "(set --listen or ANYRTD_LISTEN if it listens elsewhere)"
+        )
+
+    def _probe(self) -> None:
+        """Check once that something listens on the unix socket.
+
+        httpcore leaks its socket when a unix-socket connect fails, so the failure is
+        found here first, with a socket that is closed either way.
+        """
+        if self._probed or not isinstance(self.address, UnixAddress):
+            return
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            probe.settimeout(self._timeout)
+            try:
+                probe.connect(str(self.address.path))
+            except OSError as exc:
+                raise self._unreachable(exc.strerror or str(exc)) from None
+        self._probed = True
 
     def get(self, path: str, **params: Any) -> Any:
         return self.request("GET", path, params={k: v for k, v in params.items() if v is not None})
