@@ -8,9 +8,11 @@ import logging
 import signal
 from collections.abc import Callable
 
+from anyrtd.client import ServerClient
 from anyrtd.config import Config, ConfigError
 from anyrtd.control.server import ControlServer, ControlStartError
 from anyrtd.daemon import Daemon
+from anyrtd.election import Election
 from anyrtd.mirror import SchemaNotAtHead
 from anyrtd.notify import Notifier, run_watchdog
 
@@ -53,7 +55,9 @@ async def serve(
 ) -> None:
     """Run the daemon until SIGTERM or SIGINT; reload the config on SIGHUP."""
     notifier = notifier or Notifier()
-    daemon = Daemon(config)
+    client = ServerClient(config.server)
+    election = Election(client, poll_s=config.election_poll_s)
+    daemon = Daemon(config, client=client, gate=election)
     try:
         await daemon.open()
     except SchemaNotAtHead as exc:
