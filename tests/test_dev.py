@@ -1,0 +1,178 @@
+"""`anyrtd dev` as a real process: the sample fires into the chat, Ctrl-C stops it, state stays."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from conftest import anyrtd_command
+from support import wait_until
+
+from anyrtd.client import Dataset, ServerClient
+
+HOW_TO = re.compile(
+    r"any server \(devserver\)\s+(\S+).*\n"
+    r"\s+control API\s+(\S+)\n"
+    r"\s+this device\s+(\S+)"
+)
+
+
+class DevProcess:
+    """An `anyrtd dev` subprocess on free ports; `.server` and `.control` come from its how-to."""
+
+    def __init__(self, state: Path, tmp: Path) -> None:
+        self.state = state
+        self.tmp = tmp
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.out = tmp / "dev.out"
+        self.err = tmp / "dev.err"
+        self.server = ""
+        self.control = ""
+        self.peer = ""
+
+    def start(self) -> DevProcess:
+        for f in (self.out, self.err):
+            f.write_text("")
+        with self.out.open("ab") as out, self.err.open("ab") as err:
+            self.proc = subprocess.Popen(
+                [
+                    *anyrtd_command(),
+                    "dev",
+                    "--state-dir",
+                    str(self.state),
+                    "--port",
+                    "0",
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--tick",
+                    "0.2",
+                ],
+                stdout=out,
+                stderr=err,
+                env={**os.environ, "ANYRTD_CONFIG": "/dev/null"},
+                start_new_session=True,
+            )
+
+        def printed() -> re.Match[str] | None:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise AssertionError(f"anyrtd dev exited:\n{self.err.read_text()}")
+            text = self.out.read_text()
+            return HOW_TO.search(text)
+
+        match = wait_until(printed, timeout=60, what="anyrtd dev to print its how-to")
+        self.server, self.control, self.peer = match.group(1), match.group(2), match.group(3)
+        return self
+
+    def http(self) -> httpx.Client:
+        return httpx.Client(base_url=f"http://{self.control}", timeout=10)
+
+    def interrupt(self) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGINT)
+        code = self.proc.wait(timeout=60)
+        self.proc = None
+        return code
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self.proc = None
+
+
+@pytest.fixture
+def dev(tmp_path: Path) -> Iterator[DevProcess]:
+    proc = DevProcess(tmp_path / "state", tmp_path)
+    try:
+        yield proc
+    finally:
+        proc.kill()
+
+
+def sample(dev: DevProcess) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        with dev.http() as c:
+            resp = c.get("/triggers/dev-reminder")
+        body: dict[str, Any] = resp.json()
+        return body if resp.status_code == 200 and body["state"] == "scheduled" else None
+
+    return wait_until(check, timeout=30, what="the sample trigger to be armed")
+
+
+async def chat_texts(url: str) -> list[str]:
+    async with ServerClient(url) as client:
+        chat = await client.child("bao", "bao/v1", "bao/chat/general")
+        messages = await client.query_all(Dataset("bao", chat, "chat_messages"))
+    return [str(m.get("text")) for m in messages]
+
+
+def test_dev_runs_everything_and_keeps_state_across_restarts(dev: DevProcess) -> None:
+    dev.start()
+    how_to = dev.out.read_text()
+    for line in ("anyrtd triggers list", "curl -s http://", "/triggers/dev-reminder/disable"):
+        assert line in how_to
+    t = sample(dev)
+    assert t["kind"] == "cron" and t["spec"] == {"cron": "* * * * *"}
+    assert t["program"] == "agent:remind@v1"
+    assert t["owner"] == dev.peer
+    assert t["nextFire"] % 60 == 0
+
+    with dev.http() as c:
+        run_id = c.post("/triggers/dev-reminder/run").json()["runId"]
+
+        def ended() -> dict[str, Any] | None:
+            run: dict[str, Any] = c.get(f"/runs/{run_id}").json()
+            return run if run["status"] != "running" else None
+
+        run = wait_until(ended, timeout=30, what="the sample's run to end")
+    assert run["status"] == "ok"
+    texts = asyncio.run(chat_texts(dev.server))
+    assert any("Reminder from anyrtd dev" in text for text in texts)
+    wait_until(
+        lambda: (
+            f"run {run_id} of dev-reminder ended ok" in dev.err.read_text()
+            and "general chat: bao: Reminder from anyrtd dev" in dev.err.read_text()
+        ),
+        timeout=30,
+        what="the log to show the run and the message",
+    )
+    assert "created the sample trigger dev-reminder" in dev.err.read_text()
+
+    assert dev.interrupt() == 0
+    assert "stopped; the state is in" in dev.err.read_text()
+    peer = dev.peer
+
+    dev.start()
+    assert dev.peer == peer
+    assert "created the sample trigger" not in dev.err.read_text()
+    t = sample(dev)
+    assert t["runCount"] >= 1 and t["lastRunRef"] is not None
+    with dev.http() as c:
+        assert run_id in [r["runId"] for r in c.get("/runs").json()]
+    assert dev.interrupt() == 0
+
+
+def test_dev_refuses_a_busy_port_with_a_hint(dev: DevProcess, tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = subprocess.run(
+            [*anyrtd_command(), "dev", "--state-dir", str(tmp_path / "s"), "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "ANYRTD_CONFIG": "/dev/null"},
+        )
+    assert result.returncode == 1
+    assert "is another `anyrtd dev` or `anyrtd devserver` running?" in result.stderr
