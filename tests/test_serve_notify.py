@@ -182,8 +182,10 @@ def start_daemon(
         ]
         log_path = tmp_path / "serve.log"
         with log_path.open("ab") as err:
+            # Not the checkout as cwd: `-m anyrtd` must import the installed package.
             proc = subprocess.Popen(
                 argv,
+                cwd=tmp_path,
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=err,
