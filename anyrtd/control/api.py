@@ -21,6 +21,7 @@ from anyrtd.client import ServerError, ServerUnavailable
 from anyrtd.control.guard import GUARD, Guard, error_response, errors_middleware, guard_middleware
 from anyrtd.control.openapi import openapi_document
 from anyrtd.control.views import (
+    ListCache,
     metrics_text,
     run_detail,
     run_summary,
@@ -32,6 +33,7 @@ from anyrtd.mirror import RUNNING, Mirror
 from anyrtd.model import TriggerDef, spec_error
 
 DAEMON = web.AppKey("daemon", Daemon)
+LIST_CACHE = web.AppKey("list_cache", ListCache)
 
 RUN_STATUSES = ("ok", "FAILED", "incomplete", "interrupted", RUNNING)
 TRIGGER_RUNS = 20
@@ -57,6 +59,7 @@ def make_app(daemon: Daemon, guard: Guard | None = None) -> web.Application:
     )
     app[DAEMON] = daemon
     app[GUARD] = guard or Guard()
+    app[LIST_CACHE] = ListCache()
     app.router.add_get("/triggers", list_triggers)
     app.router.add_get("/triggers/{id}", get_trigger)
     app.router.add_patch("/triggers/{id}", patch_trigger)
@@ -191,20 +194,15 @@ async def list_triggers(request: web.Request) -> web.Response:
     """GET /triggers: every registry entry (with ?all=true, every record this daemon knows)."""
     daemon = _daemon(request)
     everything = _flag(request, "all")
-    now = daemon.clock.now()
-    peer = daemon.peer_id
-    parsed = daemon.records.parsed
     entries = daemon.registry.entries
-    views = [
-        trigger_view(tid, entry, parsed.get(tid), None, peer, now) for tid, entry in entries.items()
-    ]
+    parsed = daemon.records.parsed
+    ids = set(entries)
     if everything:
-        for tid, item in parsed.items():
-            if tid not in entries:
-                raw = None if isinstance(item, TriggerDef) else daemon.records.raw(tid)
-                views.append(trigger_view(tid, None, item, raw, peer, now))
-    views.sort(key=lambda v: v["id"])
-    return web.json_response(views)
+        ids.update(parsed)
+    body = request.app[LIST_CACHE].render(
+        sorted(ids), entries, parsed, daemon.records.raw, daemon.peer_id, daemon.clock.now()
+    )
+    return web.Response(body=body, content_type="application/json")
 
 
 async def get_trigger(request: web.Request) -> web.Response:

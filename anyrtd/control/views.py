@@ -6,7 +6,8 @@ lastStatus, consecutiveFailures, limits`) come first; the rest are anyrtd's addi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from anyrtd.daemon import run_record
@@ -76,11 +77,7 @@ def trigger_view(
         "limits": dict(defn.limits),
         "spec": dict(defn.spec),
         "program": defn.program,
-        "args": dict(defn.args),
-        "maxConsecutiveFailures": defn.max_consecutive_failures,
         "runCount": row.run_count if row is not None else rollup.run_count,
-        "lastDurationMs": rollup.last_duration_ms,
-        "lastRunRef": rollup.last_run_ref,
         "adopted": entry is not None,
         "state": trigger_state(entry, defn, peer_id, rollup.last_status),
         "running": entry.running if entry is not None else 0,
@@ -90,11 +87,79 @@ def trigger_view(
         "version": defn.version,
     }
     if detail:
-        view["nextFires"] = next_fires(entry, now)
-        view["markerReason"] = marker_reason(defn, now) if view["marker"] else None
-        view["armedAt"] = row.armed_at if row is not None else None
-        view["claimedAt"] = row.claimed_at if row is not None else None
+        view.update(
+            args=dict(defn.args),
+            maxConsecutiveFailures=defn.max_consecutive_failures,
+            lastDurationMs=rollup.last_duration_ms,
+            lastRunRef=rollup.last_run_ref,
+            nextFires=next_fires(entry, now),
+            markerReason=marker_reason(defn, now) if view["marker"] else None,
+            armedAt=row.armed_at if row is not None else None,
+            claimedAt=row.claimed_at if row is not None else None,
+        )
     return view
+
+
+class ListCache:
+    """The JSON of each trigger's list view, rebuilt only when its inputs change.
+
+    `GET /triggers` on 10,000 entries would otherwise rebuild and re-encode every
+    view on every request; between two requests only the entries that fired or were
+    edited change. A view is a function of the entry (its row's state), the parsed
+    record and this device's peer id, so that is the key. The key holds the objects
+    themselves, compared by identity, so a recycled `id()` can never match.
+    """
+
+    def __init__(self) -> None:
+        self._items: dict[str, tuple[tuple[Any, ...], bytes]] = {}
+
+    def render(
+        self,
+        ids: Iterable[str],
+        entries: Mapping[str, Entry],
+        parsed: Mapping[str, TriggerDef | Malformed],
+        raw: Callable[[str], Mapping[str, Any] | None],
+        peer_id: str | None,
+        now: float,
+    ) -> bytes:
+        """Return the JSON array of the list views of `ids`, in that order."""
+        fresh: dict[str, tuple[tuple[Any, ...], bytes]] = {}
+        parts: list[bytes] = []
+        for tid in ids:
+            entry = entries.get(tid)
+            item = parsed.get(tid)
+            key: tuple[Any, ...] = (item, entry, peer_id)
+            if entry is not None:
+                row = entry.row
+                key += (
+                    entry.defn,
+                    entry.running,
+                    row.enabled,
+                    row.next_fire,
+                    row.consecutive_failures,
+                    row.run_count,
+                    row.marker,
+                    row.claimed_at,
+                    row.consumed,
+                )
+            cached = self._items.get(tid)
+            if cached is not None and _same(cached[0], key):
+                data = cached[1]
+            else:
+                source = None if isinstance(item, TriggerDef) else raw(tid)
+                view = trigger_view(tid, entry, item, source, peer_id, now)
+                data = json.dumps(view, separators=(",", ":")).encode()
+            fresh[tid] = (key, data)
+            parts.append(data)
+        self._items = fresh
+        return b"[" + b",".join(parts) + b"]"
+
+
+def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    """Compare two cache keys: objects by identity, state values by equality."""
+    if len(a) != len(b):
+        return False
+    return all(x is y for x, y in zip(a[:4], b[:4], strict=False)) and a[4:] == b[4:]
 
 
 def next_fires(entry: Entry | None, now: float, n: int = NEXT_FIRES) -> list[float]:
