@@ -332,22 +332,26 @@ def test_watchdog_pings_stop_while_the_mirror_is_locked_and_resume_when_it_clear
     # Another process holds the mirror's write lock. The daemon's next write (the record
     # put below, read from the change feed) waits on it in the mirror's thread: the event
     # loop stays free, but the tick does not complete.
+    before_lock = len(daemon.log())
     lock = sqlite3.connect(daemon.mirror, isolation_level=None, timeout=10)
     try:
         lock.execute("BEGIN EXCLUSIVE")
         me = devserver.peers[0]
         put_triggers(devserver.url, {"stuck": {**FAR_CRON, "program": "test:idle@v1", "owner": me}})
-        at = daemon.wait_log("the tick loop has made no progress")
-        # Pings queued before the watchdog gave up are old news; none may follow.
-        manager.drain()
-
-        # Past busy_timeout the write fails, and the tick retries it and waits again:
-        # the lock never clears, so the pings never come back.
-        deadline = time.monotonic() + 30
-        while "database is locked" not in daemon.log()[at:]:
+        # The write waits out busy_timeout (5 s) and fails; the pings stop well before.
+        last_ping = time.monotonic()
+        deadline = last_ping + 30
+        while "database is locked" not in daemon.log()[before_lock:]:
             msg = manager.next(0.1)
-            assert msg is None or not is_ping(msg), f"a ping while the tick is stuck: {msg}"
+            if msg is not None and is_ping(msg):
+                last_ping = time.monotonic()
             assert time.monotonic() < deadline, f"no 'database is locked':\n{daemon.log()}"
+        assert time.monotonic() - last_ping > 2.0, "pings went on while the tick was stuck"
+        daemon.wait_log("the tick loop has made no progress", after=before_lock)
+
+        # The tick retries the kept write and waits again: a lock that never clears gets
+        # no more pings, so systemd would restart anyrtd.
+        manager.drain()
         quiet_until = time.monotonic() + 1.5
         while (left := quiet_until - time.monotonic()) > 0:
             msg = manager.next(left)
@@ -357,7 +361,7 @@ def test_watchdog_pings_stop_while_the_mirror_is_locked_and_resume_when_it_clear
         lock.close()
 
     manager.wait_for(is_ping, "WATCHDOG=1 after the lock is released", timeout=20)
-    daemon.wait_log("watchdog pings resume", after=at)
+    daemon.wait_log("watchdog pings resume", after=before_lock)
     # The write the lock held up was kept and landed: the mirror has the entry.
     with sqlite3.connect(daemon.mirror, timeout=10) as db:
         rows = db.execute("SELECT trigger_id FROM entries WHERE trigger_id = 'stuck'").fetchall()
