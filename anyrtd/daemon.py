@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import time
@@ -204,12 +205,19 @@ class Daemon:
         snap = await self.db.call(Mirror.snapshot)
         now = self.clock.now()
         self.peer_id = snap.meta.get("peer_id")
+        # The mirror holds the outcome of a whole reconcile under this verdict: a restart
+        # under the same verdict needs to reconcile only what changes from here on.
+        self._last_verdict = snap.meta.get("verdict")
         self.places = Places.from_meta(snap.meta)
         cursor = snap.meta.get("cursor")
         self._cursor = int(cursor) if cursor is not None else None
         self._tombstones = set(snap.tombstones)
-        for _, raw in snap.records:
-            self.records.put(raw)
+        after = ""
+        while page := await self.db_call(functools.partial(Mirror.record_texts, after=after)):
+            # A page at a time: the texts of 100,000 records never sit in memory together.
+            for _, text in page:
+                self.records.load(text)
+            after = page[-1][0]
         for item in await self.db.call(lambda m: m.outbox_pending(1_000_000)):
             if item.dataset == TRIGGERS:
                 self.records.write(item.record_id, item.fields, item.unset)
@@ -219,6 +227,10 @@ class Daemon:
             if not isinstance(defn, TriggerDef):
                 self._batch.evict.append(row.trigger_id)
                 continue
+            # Share the definition's strings rather than keep the row's copies of them.
+            row.trigger_id, row.kind = defn.id, defn.kind
+            if row.fingerprint == defn.fingerprint:
+                row.fingerprint = defn.fingerprint
             entry = Entry(defn, row)
             if row.claimed_at is not None:
                 self._unconfirmed.add(entry.id)
@@ -378,6 +390,7 @@ class Daemon:
         ids: Iterable[str]
         if verdict != self._last_verdict:
             self._last_verdict = verdict
+            self._batch.meta["verdict"] = verdict
             ids = set(self.records.ids()) | set(self.registry.entries)
             self._dirty.clear()
         else:

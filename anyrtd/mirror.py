@@ -205,7 +205,6 @@ class Batch:
 class Snapshot:
     """What a restart needs from the mirror before the server answers."""
 
-    records: list[tuple[str, Mapping[str, Any]]]
     entries: list[EntryRow]
     tombstones: set[str]
     meta: dict[str, str]
@@ -274,11 +273,21 @@ class Mirror:
 
     def snapshot(self) -> Snapshot:
         with self.engine.connect() as conn:
-            records = [(r.id, json.loads(r.record)) for r in conn.execute(select(records_table))]
             entries = [_entry(r) for r in conn.execute(select(entries_table))]
             tombs = {r.id for r in conn.execute(select(tombstones_table.c.id))}
             meta = {r.key: r.value for r in conn.execute(select(meta_table))}
-        return Snapshot(records, entries, tombs, meta)
+        return Snapshot(entries, tombs, meta)
+
+    def record_texts(self, after: str = "", limit: int = 5000) -> list[tuple[str, str]]:
+        """Return a page of (id, record JSON text) with ids after `after`, in id order."""
+        q = (
+            select(records_table.c.id, records_table.c.record)
+            .where(records_table.c.id > after)
+            .order_by(records_table.c.id)
+            .limit(limit)
+        )
+        with self.engine.connect() as conn:
+            return [(r.id, r.record) for r in conn.execute(q)]
 
     def get_meta(self, key: str) -> str | None:
         with self.engine.connect() as conn:

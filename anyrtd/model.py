@@ -18,12 +18,14 @@ import hashlib
 import json
 import math
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal, cast
 
 from anyrtd.schedule import (
+    CronSchedule,
     EventSchedule,
     InvalidSchedule,
     OnceSchedule,
@@ -103,6 +105,40 @@ class TriggerDef:
     fingerprint: str
     schedule: Schedule
 
+    def to_record(self) -> dict[str, Any]:
+        """Return a record that parses back to this definition (fields it does not model drop)."""
+        record: dict[str, Any] = {
+            "id": self.id,
+            "name": self.name,
+            "kind": self.kind,
+            "spec": dict(self.spec),
+            "program": self.program,
+            "args": dict(self.args),
+            "owner": self.owner,
+            "enabled": self.enabled,
+            "maxConsecutiveFailures": self.max_consecutive_failures,
+        }
+        if self.limits:
+            record["limits"] = dict(self.limits)
+        if self.version is not None:
+            record["_v"] = self.version
+        r = self.rollup
+        for key, value in (
+            ("lastRunAt", r.last_run_at),
+            ("lastStatus", r.last_status),
+            ("lastDurationMs", r.last_duration_ms),
+            ("lastFuel", r.last_fuel),
+            ("lastCostUsd", r.last_cost_usd),
+            ("lastRunRef", r.last_run_ref),
+        ):
+            if value is not None:
+                record[key] = value
+        if r.run_count:
+            record["runCount"] = r.run_count
+        if r.consecutive_failures:
+            record["consecutiveFailures"] = r.consecutive_failures
+        return record
+
 
 @dataclass(frozen=True, slots=True)
 class Malformed:
@@ -158,15 +194,17 @@ def _string(record: Mapping[str, Any], key: str) -> str | None:
     return v
 
 
-def _object(record: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
+def _object(record: Mapping[str, Any], key: str) -> dict[str, Any] | None:
     v = record.get(key)
     if v is None:
         return None
-    if not isinstance(v, Mapping):
+    if type(v) is not dict and not isinstance(v, Mapping):  # dict first: ABC checks are slow
         raise _Bad(f"{key} must be an object, not {_show(v)}")
-    if not all(isinstance(k, str) for k in v):
+    if not all(type(k) is str for k in v):
         raise _Bad(f"{key} must have string keys")
-    return MappingProxyType(dict(v))
+    # A record is parsed once and then dropped: its decoded objects become the definition's
+    # own rather than being copied (100,000 definitions would carry a copy each).
+    return v if type(v) is dict else dict(v)
 
 
 def _show(v: Any) -> str:
@@ -223,7 +261,11 @@ def _jsonable(v: Any) -> Any:
 
 
 def parse_record(record: Mapping[str, Any]) -> TriggerDef | Malformed:
-    """Parse a record as the server's query returns it (flat, with `id` and `_v`); never raises."""
+    """Parse a record as the server's query returns it (flat, with `id` and `_v`); never raises.
+
+    The definition takes the record's nested objects (`spec`, `args`, `limits`) as its own:
+    pass a record you will not change afterwards (a freshly decoded one).
+    """
     try:
         return _parse(record)
     except _Bad as exc:
@@ -275,18 +317,22 @@ def _parse(record: Mapping[str, Any]) -> TriggerDef:
         )
 
     raw_spec = record.get("spec")
-    if raw_spec is not None and not isinstance(raw_spec, Mapping):
+    if raw_spec is not None and type(raw_spec) is not dict and not isinstance(raw_spec, Mapping):
         raise _Bad(f'spec must be an object such as {{"cron": "0 8 * * *"}}, not {_show(raw_spec)}')
-    spec = _object(record, "spec") or _EMPTY
+    spec = _object(record, "spec") or {}
+    for key in ("cron", "tz", "dataset"):  # many definitions share these: keep one copy
+        if type(spec.get(key)) is str:
+            spec[key] = sys.intern(spec[key])
     name = _string(record, "name") or rid
-    args = _object(record, "args") or _EMPTY
-    owner = _string(record, "owner") or ""
+    args = _object(record, "args") or {}
+    owner = sys.intern(_string(record, "owner") or "")
+    program = sys.intern(program)
     enabled = record.get("enabled", True)
     if enabled is None:
         enabled = True
     if not isinstance(enabled, bool):
         raise _Bad(f"enabled must be true or false, not {_show(enabled)}")
-    limits = _object(record, "limits") or _EMPTY
+    limits = _object(record, "limits") or {}
     for key in _LIMIT_KEYS:
         value = limits.get(key)
         if value is not None and not _is_number(value):
@@ -294,7 +340,47 @@ def _parse(record: Mapping[str, Any]) -> TriggerDef:
     max_failures = _count(
         record, "maxConsecutiveFailures", DEFAULT_MAX_CONSECUTIVE_FAILURES, minimum=1
     )
-    rollup = Rollup(
+    rollup = _rollup(record)
+    return TriggerDef(
+        id=rid,
+        name=name,
+        kind=cast(Kind, sys.intern(kind)),
+        spec=_frozen(spec),
+        program=program,
+        args=_frozen(args),
+        owner=owner,
+        enabled=enabled,
+        limits=_frozen(limits),
+        max_consecutive_failures=max_failures,
+        rollup=rollup,
+        version=version,
+        fingerprint=fingerprint(kind, spec, program, args, name, limits, max_failures),
+        schedule=_schedule(kind, spec, raw_spec is None),
+    )
+
+
+_ROLLUP_KEYS = (
+    "lastRunAt",
+    "lastStatus",
+    "lastDurationMs",
+    "lastFuel",
+    "lastCostUsd",
+    "runCount",
+    "consecutiveFailures",
+    "lastRunRef",
+)
+_NO_ROLLUP = Rollup()
+
+
+def _frozen(value: dict[str, Any]) -> Mapping[str, Any]:
+    # Read-only by type (Mapping), not by a proxy object per mapping: memory counts here.
+    return value if value else _EMPTY
+
+
+def _rollup(record: Mapping[str, Any]) -> Rollup:
+    if all(record.get(key) is None for key in _ROLLUP_KEYS):
+        return _NO_ROLLUP  # never run: one shared value, not one per record
+    return Rollup(
         last_run_at=_finite(record, "lastRunAt"),
         last_status=_string(record, "lastStatus"),
         last_duration_ms=_finite(record, "lastDurationMs"),
@@ -303,22 +389,6 @@ def _parse(record: Mapping[str, Any]) -> TriggerDef:
         run_count=_count(record, "runCount", 0, minimum=0),
         consecutive_failures=_count(record, "consecutiveFailures", 0, minimum=0),
         last_run_ref=_string(record, "lastRunRef"),
-    )
-    return TriggerDef(
-        id=rid,
-        name=name,
-        kind=cast(Kind, kind),
-        spec=spec,
-        program=program,
-        args=args,
-        owner=owner,
-        enabled=enabled,
-        limits=limits,
-        max_consecutive_failures=max_failures,
-        rollup=rollup,
-        version=version,
-        fingerprint=fingerprint(kind, dict(spec), program, args, name, limits, max_failures),
-        schedule=_schedule(kind, spec, raw_spec is None),
     )
 
 
@@ -346,7 +416,12 @@ def health_marker(defn: TriggerDef, now: float | None = None) -> str | None:
         return INVALID_SPEC
     if isinstance(schedule, EventSchedule):
         return None if schedule.dataset in SUPPORTED_EVENT_DATASETS else UNSUPPORTED_SOURCE
-    if now is not None and defn.kind == "cron" and schedule.next_after(now, now) is None:
+    if (
+        now is not None
+        and isinstance(schedule, CronSchedule)
+        and schedule.expr.years is not None  # only a year field can run out of occurrences
+        and schedule.next_after(now, now) is None
+    ):
         return INVALID_SPEC
     return None
 

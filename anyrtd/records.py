@@ -1,5 +1,10 @@
 """The record cache: the server's trigger records as this device last saw them, plus its own
-writes that the server has not shown back yet (the overlay)."""
+writes that the server has not shown back yet (the overlay).
+
+Only the parsed definitions stay in memory. The JSON text of the server's record is kept
+just where a parsed definition cannot stand in for it: under an overlay (so the server's
+view can be restored when the overlay goes) and for a malformed record.
+"""
 
 from __future__ import annotations
 
@@ -23,31 +28,39 @@ class Overlay:
     """The highest record version the server returned for these writes."""
 
 
+def _dumps(record: Mapping[str, Any]) -> str:
+    return json.dumps(record, separators=(",", ":"))
+
+
 class RecordCache:
-    """Trigger records by id: raw JSON (compact), versions, parsed definitions and overlays."""
+    """Trigger records by id: versions, parsed definitions, and this device's overlays."""
 
     def __init__(self) -> None:
-        self._raw: dict[str, str] = {}
         self._version: dict[str, int] = {}
         self.parsed: dict[str, TriggerDef | Malformed] = {}
+        self._base: dict[str, str] = {}
         self._overlay: dict[str, Overlay] = {}
 
     def __len__(self) -> int:
-        return len(self._raw)
+        return len(self._version)
 
     def __contains__(self, rid: object) -> bool:
-        return rid in self._raw
+        return rid in self._version
 
     def ids(self) -> Iterator[str]:
-        return iter(list(self._raw))
+        return iter(list(self._version))
 
     def version(self, rid: str) -> int | None:
         return self._version.get(rid)
 
     def raw(self, rid: str) -> dict[str, Any] | None:
         """Return the record as the server last showed it (without this device's overlay)."""
-        text = self._raw.get(rid)
-        return json.loads(text) if text is not None else None
+        text = self._base.get(rid)
+        if text is not None:
+            loaded: dict[str, Any] = json.loads(text)
+            return loaded
+        parsed = self.parsed.get(rid)
+        return parsed.to_record() if isinstance(parsed, TriggerDef) else None
 
     def put(self, record: Mapping[str, Any]) -> str | None:
         """Store a record from the server; return its id if it changed, else None."""
@@ -56,25 +69,39 @@ class RecordCache:
             return None
         version = record.get("_v")
         v = version if isinstance(version, int) and not isinstance(version, bool) else 0
-        if rid in self._raw and self._version.get(rid, 0) >= v and v:
+        if rid in self._version and self._version[rid] >= v and v:
             return None
-        self._raw[rid] = json.dumps(record, separators=(",", ":"))
         self._version[rid] = v
         overlay = self._overlay.get(rid)
         if overlay is not None and overlay.outstanding == 0 and v >= overlay.acked_version:
             del self._overlay[rid]
-        self._reparse(rid, dict(record))
+        self._store(rid, dict(record), None)
         return rid
+
+    def load(self, text: str) -> None:
+        """Store a record read back from the mirror, given as the JSON text it was stored in."""
+        record = json.loads(text)
+        rid = record.get("id") if isinstance(record, dict) else None
+        if not isinstance(rid, str) or not rid:
+            return
+        version = record.get("_v")
+        self._version[rid] = version if isinstance(version, int) else 0
+        self._store(rid, record, text)
 
     def drop(self, rid: str) -> bool:
         """Forget a deleted record; return True if it was known."""
         self._overlay.pop(rid, None)
         self.parsed.pop(rid, None)
-        self._version.pop(rid, None)
-        return self._raw.pop(rid, None) is not None
+        self._base.pop(rid, None)
+        return self._version.pop(rid, None) is not None
 
     def write(self, rid: str, fields: Mapping[str, Any], unset: Sequence[str] = ()) -> None:
         """Lay this device's own write over the record until the server shows it back."""
+        if rid not in self._overlay and rid not in self._base:
+            parsed = self.parsed.get(rid)
+            if isinstance(parsed, TriggerDef):
+                # Keep the server's view from before the first write, to return to later.
+                self._base[rid] = _dumps(parsed.to_record())
         overlay = self._overlay.setdefault(rid, Overlay())
         for key, value in fields.items():
             overlay.fields[key] = value
@@ -83,8 +110,8 @@ class RecordCache:
             overlay.fields.pop(key, None)
             overlay.unset.add(key)
         overlay.outstanding += 1
-        if rid in self._raw:
-            self._reparse(rid)
+        if rid in self._base:
+            self._store(rid, json.loads(self._base[rid]), self._base[rid])
 
     def acked(self, rid: str, version: int | None) -> None:
         """Note that the server took one of this device's writes to `rid`, at `version`."""
@@ -96,19 +123,27 @@ class RecordCache:
             overlay.acked_version = max(overlay.acked_version, version)
         if overlay.outstanding == 0 and self._version.get(rid, 0) >= overlay.acked_version:
             del self._overlay[rid]
-            if rid in self._raw:
-                self._reparse(rid)
+            base = self._base.get(rid)
+            if base is not None:
+                self._store(rid, json.loads(base), base)
 
     def pending_owner(self) -> set[str]:
         """Return the ids whose owner stamp this device wrote and has not seen back."""
         return {rid for rid, o in self._overlay.items() if "owner" in o.fields}
 
-    def _reparse(self, rid: str, record: dict[str, Any] | None = None) -> None:
-        if record is None:
-            record = json.loads(self._raw[rid])
+    def _store(self, rid: str, record: dict[str, Any], text: str | None) -> None:
+        """Parse the server's `record` under the overlay; keep its text only where needed."""
         overlay = self._overlay.get(rid)
         if overlay is not None:
-            record.update(overlay.fields)
+            self._base[rid] = text if text is not None else _dumps(record)
+            merged = {**record, **overlay.fields}
             for key in overlay.unset:
-                record.pop(key, None)
-        self.parsed[rid] = parse_record(record)
+                merged.pop(key, None)
+            self.parsed[rid] = parse_record(merged)
+            return
+        parsed = parse_record(record)
+        self.parsed[rid] = parsed
+        if isinstance(parsed, Malformed):
+            self._base[rid] = text if text is not None else _dumps(record)
+        else:
+            self._base.pop(rid, None)

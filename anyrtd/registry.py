@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import heapq
-import itertools
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from anyrtd.mirror import EntryRow
@@ -62,11 +60,10 @@ def next_fire(entry: Entry, after: float) -> float | None:
 
 @dataclass
 class Registry:
-    """Entries by trigger id, and a heap of (due, tiebreak, id) for the timer."""
+    """Entries by trigger id, and a heap of (due, id) for the timer."""
 
     entries: dict[str, Entry] = field(default_factory=dict)
-    _heap: list[tuple[float, int, str]] = field(default_factory=list)
-    _counter: Iterator[int] = field(default_factory=itertools.count)
+    _heap: list[tuple[float, str]] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -92,12 +89,12 @@ class Registry:
 
     def schedule(self, entry: Entry) -> None:
         if entry.row.next_fire is not None:
-            heapq.heappush(self._heap, (entry.row.next_fire, next(self._counter), entry.id))
+            heapq.heappush(self._heap, (entry.row.next_fire, entry.id))
 
     def next_due(self) -> float | None:
         """Return the earliest due time in the heap (dropping stale items on the way)."""
         while self._heap:
-            due, _, tid = self._heap[0]
+            due, tid = self._heap[0]
             entry = self.entries.get(tid)
             if entry is not None and entry.row.next_fire == due:
                 return due
@@ -109,7 +106,7 @@ class Registry:
         out: list[tuple[Entry, float]] = []
         seen: set[str] = set()
         while self._heap and self._heap[0][0] <= now:
-            due, _, tid = heapq.heappop(self._heap)
+            due, tid = heapq.heappop(self._heap)
             entry = self.entries.get(tid)
             if entry is not None and entry.row.next_fire == due and tid not in seen:
                 seen.add(tid)
