@@ -1,0 +1,119 @@
+"""The record cache: server records, this device's overlay on top, and what is kept of them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from anyrtd.model import Malformed, TriggerDef
+from anyrtd.records import RecordCache
+
+
+def record(v: int, **fields: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "id": "t",
+        "kind": "cron",
+        "spec": {"cron": "0 8 * * *"},
+        "program": "agent:remind@v1",
+        "owner": "",
+        "_v": v,
+    }
+    base.update(fields)
+    return base
+
+
+def defn(cache: RecordCache) -> TriggerDef:
+    parsed = cache.parsed["t"]
+    assert isinstance(parsed, TriggerDef)
+    return parsed
+
+
+def test_an_older_or_equal_version_does_not_replace_a_newer_one() -> None:
+    cache = RecordCache()
+    assert cache.put(record(2, name="new")) == "t"
+    assert cache.put(record(1, name="old")) is None
+    assert cache.put(record(2, name="same version")) is None
+    assert defn(cache).name == "new"
+
+
+def test_an_own_write_shows_at_once_and_the_server_view_stays_readable() -> None:
+    cache = RecordCache()
+    cache.put(record(1))
+    cache.write("t", {"owner": "me"})
+    assert defn(cache).owner == "me"
+    assert cache.raw("t") is not None and cache.raw("t")["owner"] == ""  # type: ignore[index]
+    assert cache.pending_owner() == {"t"}
+
+
+def test_a_stale_full_read_cannot_undo_an_unacknowledged_write() -> None:
+    cache = RecordCache()
+    cache.put(record(1, enabled=True))
+    cache.write("t", {"enabled": False, "lastRunAt": 5.0})
+    cache.put(record(1, enabled=True))  # a full read before the outbox drained
+    assert defn(cache).enabled is False and defn(cache).rollup.last_run_at == 5.0
+
+
+def test_the_overlay_goes_once_the_server_shows_the_acknowledged_version() -> None:
+    cache = RecordCache()
+    cache.put(record(1))
+    cache.write("t", {"owner": "me"})
+    cache.acked("t", 2)
+    assert cache.pending_owner() == {"t"}  # acknowledged, not yet seen back
+    cache.put(record(2, owner="me"))
+    assert cache.pending_owner() == set()
+    assert defn(cache).owner == "me"
+
+
+def test_another_devices_later_write_wins_once_the_overlay_goes() -> None:
+    cache = RecordCache()
+    cache.put(record(1))
+    cache.write("t", {"owner": "me"})
+    cache.put(record(3, owner="other"))  # the other device's stamp landed after ours
+    assert defn(cache).owner == "me"  # still laid over: our write is not acknowledged yet
+    cache.acked("t", 2)
+    assert defn(cache).owner == "other"
+
+
+def test_an_unset_removes_the_field_from_the_view() -> None:
+    cache = RecordCache()
+    cache.put(record(1, lastStatus="invalid_spec"))
+    cache.write("t", {}, unset=["lastStatus"])
+    assert defn(cache).rollup.last_status is None
+
+
+def test_a_malformed_record_keeps_its_text_for_display() -> None:
+    cache = RecordCache()
+    cache.put(record(1, kind="weekly"))
+    assert isinstance(cache.parsed["t"], Malformed)
+    assert cache.raw("t") == record(1, kind="weekly")
+
+
+def test_a_loaded_record_parses_like_a_put_one() -> None:
+    cache = RecordCache()
+    cache.load('{"id":"t","kind":"once","spec":{"at":5},"program":"p","_v":4}')
+    assert defn(cache).kind == "once" and cache.version("t") == 4
+
+
+def test_a_dropped_record_is_gone_with_its_overlay() -> None:
+    cache = RecordCache()
+    cache.put(record(1))
+    cache.write("t", {"owner": "me"})
+    assert cache.drop("t") is True
+    assert "t" not in cache and cache.pending_owner() == set() and cache.raw("t") is None
+    assert cache.drop("t") is False
+
+
+def test_a_definition_turns_back_into_a_record_that_parses_the_same() -> None:
+    cache = RecordCache()
+    cache.put(
+        record(
+            1,
+            args={"a": [1, 2]},
+            limits={"timeoutS": 3},
+            runCount=2,
+            lastStatus="ok",
+            maxConsecutiveFailures=5,
+        )
+    )
+    again = RecordCache()
+    again.put(defn(cache).to_record())
+    assert defn(again) == defn(cache)
