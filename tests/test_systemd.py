@@ -12,6 +12,7 @@ directory, the sandbox) is removed at the end.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
 import re
 import secrets
@@ -107,10 +108,30 @@ class Systemd:
 
 
 @pytest.fixture(scope="module")
-def systemd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Systemd]:
-    """Boot a real systemd in the sandbox for this module; power it off at the end."""
+def machine() -> Iterator[None]:
+    """Hold the machine for this module: one run of this test at a time may install units."""
     if os.geteuid() != 0:
         pytest.skip("booting systemd in a PID namespace needs root (CI runs as root)")
+    # A lock on the unit directory itself: no lock file to leave behind.
+    fd = os.open(UNIT_DIR, os.O_RDONLY)
+    try:
+        deadline = time.monotonic() + 600
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"another run of this test has held {UNIT_DIR} for 10 minutes")
+                time.sleep(0.5)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+@pytest.fixture(scope="module")
+def systemd(machine: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Systemd]:
+    """Boot a real systemd in the sandbox for this module; power it off at the end."""
     script = sandbox_script()
     if not script.is_file():
         pytest.fail(
