@@ -145,14 +145,18 @@ async def bench_tick(url: str, n: int) -> dict[str, Any]:
                 [
                     Upsert(
                         f"probe{i}",
-                        {"kind": "cron", "spec": {"every_s": 2}, "program": "bench:noop@v1",
-                         "owner": peer},
+                        {
+                            "kind": "cron",
+                            "spec": {"every_s": 2},
+                            "program": "bench:noop@v1",
+                            "owner": peer,
+                        },
                     )
                     for i in range(50)
                 ],
             )
         deadline = time.monotonic() + 30
-        while len(probe.lags) < 500 and time.monotonic() < deadline:
+        while len(probe.lags) < 500 and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.2)
         await daemon.stop()
     return {
@@ -177,13 +181,17 @@ async def bench_startup(url: str, n: int) -> dict[str, Any]:
         await daemon.sync(0)
         await daemon.tick()
         await daemon.stop()
-        out = subprocess.run(
-            [sys.executable, __file__, "--child-startup", url, tmp],
-            capture_output=True,
-            text=True,
-            check=True,
+        child = await asyncio.create_subprocess_exec(
+            sys.executable,
+            __file__,
+            "--child-startup",
+            url,
+            tmp,
+            stdout=asyncio.subprocess.PIPE,
         )
-    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+        out, _ = await child.communicate()
+        assert child.returncode == 0, "the start-up child failed"
+    return json.loads(out.decode().strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
 async def child_startup(url: str, state: str) -> None:
@@ -195,12 +203,16 @@ async def child_startup(url: str, state: str) -> None:
     elapsed = time.perf_counter() - t0
     gc.collect()
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({
-        "mirrored_triggers": len(daemon.records),
-        "adopted": len(daemon.registry),
-        "start_to_first_tick_s": round(elapsed, 3),
-        "max_rss_mb": round(rss_mb, 1),
-    }))
+    print(
+        json.dumps(
+            {
+                "mirrored_triggers": len(daemon.records),
+                "adopted": len(daemon.registry),
+                "start_to_first_tick_s": round(elapsed, 3),
+                "max_rss_mb": round(rss_mb, 1),
+            }
+        )
+    )
     await daemon.stop()
 
 
@@ -220,13 +232,20 @@ async def bench_burst(url: str, n: int) -> dict[str, Any]:
                 await client.upsert(
                     daemon.places.triggers,
                     [
-                        Upsert(f"burst{i}", {"kind": "once", "spec": {"at": at},
-                                             "program": "bench:noop@v1", "owner": peer})
+                        Upsert(
+                            f"burst{i}",
+                            {
+                                "kind": "once",
+                                "spec": {"at": at},
+                                "program": "bench:noop@v1",
+                                "owner": peer,
+                            },
+                        )
                         for i in range(start, min(n, start + 500))
                     ],
                 )
         await daemon.start()
-        while time.time() < at:
+        while time.time() < at:  # noqa: ASYNC110 - wall-clock due time, not an event
             await asyncio.sleep(0.01)
         t0 = time.perf_counter()
         async with ServerClient(url) as client:
@@ -241,8 +260,12 @@ async def bench_burst(url: str, n: int) -> dict[str, Any]:
                 await asyncio.sleep(0.05)
         elapsed = time.perf_counter() - t0
         await daemon.stop()
-    return {"runs": n, "all_recorded_s": round(elapsed, 3), "mirrored": mirrored,
-            "on_server": on_server}
+    return {
+        "runs": n,
+        "all_recorded_s": round(elapsed, 3),
+        "mirrored": mirrored,
+        "on_server": on_server,
+    }
 
 
 async def bench_apscheduler(n: int) -> dict[str, Any]:
@@ -272,7 +295,7 @@ async def bench_apscheduler(n: int) -> dict[str, Any]:
     for i in range(50):
         sched.add_job(noop, IntervalTrigger(seconds=2), id=f"probe{i}")
     deadline = time.monotonic() + 30
-    while len(lags) < 500 and time.monotonic() < deadline:
+    while len(lags) < 500 and time.monotonic() < deadline:  # noqa: ASYNC110
         await asyncio.sleep(0.2)
     sched.shutdown(wait=False)
     rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -289,7 +312,8 @@ async def bench_apscheduler(n: int) -> dict[str, Any]:
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     n_tick = 2_000 if args.quick else 10_000
     n_start = 10_000 if args.quick else 100_000
-    results: dict[str, Any] = {"machine": f"{os.cpu_count()} cores, Python {sys.version.split()[0]}"}
+    python = sys.version.split()[0]
+    results: dict[str, Any] = {"machine": f"{os.cpu_count()} cores, Python {python}"}
     with tempfile.TemporaryDirectory() as tmp:
         for name, fn, n in (
             ("tick", bench_tick, n_tick),

@@ -10,8 +10,9 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-def wait_until(check: Callable[[], T], timeout: float = 10.0, interval: float = 0.02,
-               what: str = "condition") -> T:
+def wait_until(
+    check: Callable[[], T], timeout: float = 10.0, interval: float = 0.02, what: str = "condition"
+) -> T:
     """Poll `check` until it returns a truthy value; fail with `what` after `timeout` s."""
     deadline = time.monotonic() + timeout
     last_exc: Exception | None = None
@@ -27,8 +28,12 @@ def wait_until(check: Callable[[], T], timeout: float = 10.0, interval: float = 
         time.sleep(interval)
 
 
-async def async_wait_until(check: Callable[[], Awaitable[T]], timeout: float = 10.0,
-                           interval: float = 0.02, what: str = "condition") -> T:
+async def async_wait_until(
+    check: Callable[[], Awaitable[T]],
+    timeout: float = 10.0,  # noqa: ASYNC109 - a polling deadline, like wait_until's
+    interval: float = 0.02,
+    what: str = "condition",
+) -> T:
     """Await `check` until it returns a truthy value; fail with `what` after `timeout` s."""
     deadline = time.monotonic() + timeout
     last_exc: Exception | None = None
