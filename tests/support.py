@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
+
+from anyrtd.client import ServerClient, Upsert
+from anyrtd.daemon import resolve_places
 
 T = TypeVar("T")
 
@@ -47,3 +50,31 @@ async def async_wait_until(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}") from last_exc
         await asyncio.sleep(interval)
+
+
+def put_triggers(url: str, records: dict[str, dict[str, Any]]) -> None:
+    """Write trigger records on the server, as a user would."""
+
+    async def go() -> None:
+        client = ServerClient(url)
+        try:
+            places = await resolve_places(client, "bao")
+            await client.upsert(places.triggers, [Upsert(rid, f) for rid, f in records.items()])
+        finally:
+            await client.aclose()
+
+    asyncio.run(go())
+
+
+def server_runs(url: str, trigger_id: str) -> list[dict[str, Any]]:
+    """Return the `agent_runs` records of a trigger on the server."""
+
+    async def go() -> list[dict[str, Any]]:
+        client = ServerClient(url)
+        try:
+            places = await resolve_places(client, "bao")
+            return await client.query_all(places.runs, filter={"triggerId": trigger_id})
+        finally:
+            await client.aclose()
+
+    return asyncio.run(go())

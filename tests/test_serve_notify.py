@@ -9,7 +9,6 @@ and `RELOADING=1` ... `READY=1` around SIGHUP, good config or bad.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
@@ -27,10 +26,7 @@ from typing import Any
 
 import httpx
 import pytest
-from support import wait_until
-
-from anyrtd.client import ServerClient, Upsert
-from anyrtd.daemon import resolve_places
+from support import put_triggers, server_runs, wait_until
 
 TICK = "0.2"
 WATCHDOG_USEC = 400_000  # a ping every 0.2 s; the stall limit is then 3 ticks, 0.6 s
@@ -208,34 +204,6 @@ def start_daemon(
                 except subprocess.TimeoutExpired:
                     os.killpg(daemon.proc.pid, signal.SIGKILL)
                     daemon.proc.wait()
-
-
-def put_triggers(url: str, records: dict[str, dict[str, Any]]) -> None:
-    """Write trigger records on the server, as a user would."""
-
-    async def go() -> None:
-        client = ServerClient(url)
-        try:
-            places = await resolve_places(client, "bao")
-            await client.upsert(places.triggers, [Upsert(rid, f) for rid, f in records.items()])
-        finally:
-            await client.aclose()
-
-    asyncio.run(go())
-
-
-def server_runs(url: str, trigger_id: str) -> list[dict[str, Any]]:
-    """Return the `agent_runs` records of a trigger on the server."""
-
-    async def go() -> list[dict[str, Any]]:
-        client = ServerClient(url)
-        try:
-            places = await resolve_places(client, "bao")
-            return await client.query_all(places.runs, filter={"triggerId": trigger_id})
-        finally:
-            await client.aclose()
-
-    return asyncio.run(go())
 
 
 def is_ready(msg: Message) -> bool:

@@ -11,7 +11,6 @@ directory, the sandbox) is removed at the end.
 
 from __future__ import annotations
 
-import asyncio
 import fcntl
 import os
 import re
@@ -23,15 +22,11 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 from conftest import DevserverProcess
-from support import wait_until
-
-from anyrtd.client import ServerClient, Upsert
-from anyrtd.daemon import resolve_places
+from support import put_triggers, server_runs, wait_until
 
 pytestmark = pytest.mark.systemd
 
@@ -313,34 +308,6 @@ def running(service: Service) -> Iterator[Service]:
         yield service
     finally:
         service.systemd.run("systemctl", "stop", "anyrtd", check=False)
-
-
-def put_triggers(url: str, records: dict[str, dict[str, Any]]) -> None:
-    """Write trigger records on the server, as a user would."""
-
-    async def go() -> None:
-        client = ServerClient(url)
-        try:
-            places = await resolve_places(client, "bao")
-            await client.upsert(places.triggers, [Upsert(rid, f) for rid, f in records.items()])
-        finally:
-            await client.aclose()
-
-    asyncio.run(go())
-
-
-def server_runs(url: str, trigger_id: str) -> list[dict[str, Any]]:
-    """Return the `agent_runs` records of a trigger on the server."""
-
-    async def go() -> list[dict[str, Any]]:
-        client = ServerClient(url)
-        try:
-            places = await resolve_places(client, "bao")
-            return await client.query_all(places.runs, filter={"triggerId": trigger_id})
-        finally:
-            await client.aclose()
-
-    return asyncio.run(go())
 
 
 def in_order(text: str, *parts: str) -> bool:
