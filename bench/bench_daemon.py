@@ -12,10 +12,8 @@ import asyncio
 import gc
 import json
 import os
-import re
 import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -23,32 +21,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from support import percentile, start_devserver
+
 from anyrtd.client import Dataset, ServerClient, Upsert
 from anyrtd.config import Config
 from anyrtd.daemon import Daemon
 from anyrtd.runner import ProgramContext, Runner
-
-LINE = re.compile(r"^anyrtd devserver: device \d+ \S+ (http://\S+)$")
-
-
-def start_devserver(db: Path) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "anyrtd", "devserver", "--port", "0", "--db", str(db)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        match = LINE.match(line.strip())
-        if match:
-            return proc, match.group(1)
-    raise RuntimeError("the devserver did not start")
-
-
-def pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
 
 
 class Probe:
@@ -163,10 +141,10 @@ async def bench_tick(url: str, n: int) -> dict[str, Any]:
         "triggers": n,
         "first_tick_adopting_all_s": round(adopt_s, 3),
         "idle_tick_cpu_ms_median": round(statistics.median(cpu) * 1000, 3),
-        "idle_tick_cpu_ms_p99": round(pct(cpu, 99) * 1000, 3),
+        "idle_tick_cpu_ms_p99": round(percentile(cpu, 0.99) * 1000, 3),
         "fire_lag_samples": len(probe.lags),
-        "fire_lag_ms_p50": round(pct(probe.lags, 50) * 1000, 2),
-        "fire_lag_ms_p99": round(pct(probe.lags, 99) * 1000, 2),
+        "fire_lag_ms_p50": round(percentile(probe.lags, 0.5) * 1000, 2),
+        "fire_lag_ms_p99": round(percentile(probe.lags, 0.99) * 1000, 2),
     }
 
 
@@ -304,8 +282,8 @@ async def bench_apscheduler(n: int) -> dict[str, Any]:
         "add_all_s": round(add_s, 3),
         "max_rss_growth_mb": round(rss1 - rss0, 1),
         "fire_lag_samples": len(lags),
-        "fire_lag_ms_p50": round(pct(lags, 50) * 1000, 2) if lags else None,
-        "fire_lag_ms_p99": round(pct(lags, 99) * 1000, 2) if lags else None,
+        "fire_lag_ms_p50": round(percentile(lags, 0.5) * 1000, 2) if lags else None,
+        "fire_lag_ms_p99": round(percentile(lags, 0.99) * 1000, 2) if lags else None,
     }
 
 

@@ -18,46 +18,20 @@ import asyncio
 import json
 import os
 import platform
-import re
-import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from support import percentile, start_devserver
+
 from anyrtd.client import Dataset, ServerClient, Upsert
 from anyrtd.clock import SystemClock
 from anyrtd.config import Config
 from anyrtd.daemon import Daemon
 from anyrtd.runner import ProgramContext, Runner
-
-LINE = re.compile(r"^anyrtd devserver: device (\d+) (\S+) (http://\S+)$")
-
-
-def start_devserver(db: Path) -> tuple[subprocess.Popen[str], str]:
-    exe = shutil.which("anyrtd")
-    cmd = [exe] if exe else [sys.executable, "-m", "anyrtd"]
-    proc = subprocess.Popen(
-        [*cmd, "devserver", "--port", "0", "--db", str(db)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        match = LINE.match(line.strip())
-        if match:
-            return proc, match.group(3)
-    raise SystemExit("the devserver did not start")
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
 def summary(ms: list[float]) -> dict[str, float]:
