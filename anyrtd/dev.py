@@ -24,6 +24,7 @@ from anyrtd.control.writes import Records, WriteError
 from anyrtd.daemon import Daemon
 from anyrtd.devserver import DevServerError, start_devserver
 from anyrtd.mirror import SchemaNotAtHead
+from anyrtd.serve import settle_heap
 
 log = logging.getLogger("anyrtd.dev")
 
@@ -145,6 +146,7 @@ async def run_dev(config: Config, *, port: int, sample: bool, stop: asyncio.Even
             raise DevError(str(exc)) from None
         try:
             await daemon.start()
+            settle_heap()
             watcher = ServerClient(devserver.url)
             tasks.append(asyncio.create_task(_watch_chat(watcher, config.space)))
             click.echo(how_to(devserver.url, control, config.state_dir, daemon.peer_id))
