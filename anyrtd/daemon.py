@@ -46,6 +46,7 @@ from anyrtd.reconcile import (
 from anyrtd.records import RecordCache
 from anyrtd.registry import Entry, Registry, new_row
 from anyrtd.runner import Runner, RunOutcome, RunRequest
+from anyrtd.runs import rollup, run_record
 
 log = logging.getLogger("anyrtd.daemon")
 
@@ -54,8 +55,6 @@ TRIGGERS_SEED = "bao/triggers/v1"
 RUNS_SEED = "bao/runs/v1"
 TRIGGER_TYPE_KEY = "agent_trigger"
 FEED_WAIT_S = 25.0
-
-STATUS_OF_RUN = {"ok": "ok", "FAILED": "error", "incomplete": "error", "interrupted": "interrupted"}
 
 
 @dataclass(frozen=True)
@@ -933,44 +932,37 @@ class Daemon:
         if row.trigger_id is None:
             return
         defn = entry.defn if entry is not None else None
-        parsed = self.records.parsed.get(row.trigger_id)
-        if defn is None and isinstance(parsed, TriggerDef):
+        if defn is None and isinstance(
+            parsed := self.records.parsed.get(row.trigger_id), TriggerDef
+        ):
             defn = parsed
-        failures = entry.row.consecutive_failures if entry else 0
-        if defn is not None and entry is None:
-            failures = defn.rollup.consecutive_failures
-        if outcome.status == "ok":
-            failures = 0
-        elif outcome.status in ("FAILED", "incomplete"):
-            failures += 1
-        run_count = (entry.row.run_count if entry else defn.rollup.run_count if defn else 0) + 1
-        fields: dict[str, Any] = {
-            "lastRunAt": row.started_at,
-            "lastStatus": STATUS_OF_RUN[outcome.status],
-            "lastDurationMs": outcome.duration_ms,
-            "lastFuel": outcome.result.get("fuel"),
-            "lastCostUsd": outcome.result.get("costUsd"),
-            "runCount": run_count,
-            "consecutiveFailures": failures,
-            "lastRunRef": row.run_id,
-        }
-        limit = defn.max_consecutive_failures if defn is not None else 0
         if entry is not None:
-            entry.row.consecutive_failures = failures
-            entry.row.run_count = run_count
-            if limit and failures >= limit and entry.row.enabled:
-                fields["enabled"] = False
-                fields["lastStatus"] = "auto_disabled"
+            before = (entry.row.consecutive_failures, entry.row.run_count)
+        elif defn is not None:
+            before = (defn.rollup.consecutive_failures, defn.rollup.run_count)
+        else:
+            before = (0, 0)
+        write = rollup(
+            row,
+            failures=before[0],
+            run_count=before[1],
+            limit=defn.max_consecutive_failures if defn is not None else 0,
+            armed=entry is not None and entry.row.enabled,
+        )
+        if entry is not None:
+            entry.row.consecutive_failures = write.failures
+            entry.row.run_count = write.run_count
+            if write.tripped:
                 entry.row.enabled = False
                 entry.row.next_fire = None
                 log.warning(
                     "%s auto-disabled after %d consecutive failures",
                     row.trigger_id,
-                    failures,
+                    write.failures,
                     extra={"trigger": row.trigger_id, "run": row.run_id},
                 )
             self._save(entry)
-        self.write_trigger(row.trigger_id, fields)
+        self.write_trigger(row.trigger_id, write.fields)
 
     # the loops
 
@@ -1068,34 +1060,6 @@ class Daemon:
         return {TRIGGERS: self.places.triggers, RUNS: self.places.runs}.get(dataset)
 
 
-def run_record(row: RunRow) -> dict[str, Any]:
-    """Return the `agent_runs` record of a finished run (the seeds' fields plus `scheduledAt`)."""
-    result = row.result
-    tokens = result.get("tokens")
-    return {
-        "runId": row.run_id,
-        "triggerId": row.trigger_id,
-        "program": row.program,
-        "device": row.device,
-        "startedAt": round(row.started_at, 3),
-        "endedAt": round(row.ended_at, 3) if row.ended_at is not None else None,
-        "durationMs": row.duration_ms,
-        "status": row.status,
-        "errorType": row.error_type,
-        "turns": result.get("turns", 0),
-        "cells": result.get("cells", 0),
-        "effects": result.get("effects", 0),
-        "mutations": result.get("mutations", 0),
-        "tokens": tokens
-        if isinstance(tokens, dict)
-        else {"in": 0, "out": 0, "cacheRead": 0, "cacheWrite": 0},
-        "costUsd": result.get("costUsd"),
-        "model": result.get("model"),
-        "title": result.get("title"),
-        "scheduledAt": row.scheduled_at,
-    }
-
-
 def _merged(first: Batch, then: Batch) -> Batch:
     """Return one batch holding the writes of `first`, then those of `then`."""
     out = Batch(meta={**first.meta, **then.meta})
@@ -1109,4 +1073,4 @@ def _is_stamp(peer: str | None) -> bool:
     return peer is not None and peer.startswith("anyrt-")
 
 
-__all__ = ["RUNNING", "Daemon", "Places", "__version__", "resolve_places", "run_record"]
+__all__ = ["RUNNING", "Daemon", "Places", "__version__", "resolve_places"]

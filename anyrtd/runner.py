@@ -83,23 +83,6 @@ class RunOutcome:
     output: str = ""
     output_dropped: int = 0
 
-    def record(self, req: RunRequest) -> dict[str, Any]:
-        """Return the `agent_runs` record of this run (the seeds' fields plus `scheduledAt`)."""
-        rec: dict[str, Any] = {
-            "runId": req.run_id,
-            "triggerId": req.trigger_id,
-            "program": req.program,
-            "device": req.device,
-            "scheduledAt": req.scheduled_at,
-            "startedAt": round(self.started_at, 3),
-            "endedAt": round(self.ended_at, 3),
-            "durationMs": self.duration_ms,
-            "status": self.status,
-            "errorType": self.error_type,
-        }
-        rec.update(self.result)
-        return rec
-
 
 @dataclass(frozen=True)
 class ProgramContext:

@@ -592,25 +592,6 @@ async def test_the_program_gets_a_copy_of_its_args(make_runner: MakeRunner) -> N
     assert args == {"event": {"text": "original"}}
 
 
-async def test_the_record_of_an_outcome_carries_the_agent_runs_fields(
-    make_runner: MakeRunner,
-) -> None:
-    async def main(args: Mapping[str, Any], ctx: ProgramContext) -> Mapping[str, Any]:
-        return {"title": "t", "fuel": 1}
-
-    req = request("test:rec@v1")
-    out = await make_runner(programs={"test:rec@v1": main}).run(req)
-    rec = out.record(req)
-
-    assert rec["runId"] == "run-1" and rec["triggerId"] == "trig-1"
-    assert rec["program"] == "test:rec@v1" and rec["device"] == "12D3KooWdevice"
-    assert rec["scheduledAt"] == 1_800_000_000.0
-    assert rec["status"] == "ok" and rec["errorType"] is None
-    assert rec["title"] == "t" and rec["fuel"] == 1
-    assert rec["startedAt"] == round(out.started_at, 3)
-    assert rec["durationMs"] == out.duration_ms
-
-
 async def test_a_budget_that_is_not_positive_is_refused(client: ServerClient) -> None:
     with pytest.raises(ValueError, match="greater than 0"):
         Runner(

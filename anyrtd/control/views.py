@@ -10,11 +10,11 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from anyrtd.daemon import run_record
 from anyrtd.metrics import Histogram, Stats
 from anyrtd.mirror import RunRow
 from anyrtd.model import Malformed, TriggerDef, is_unassigned, marker_reason
 from anyrtd.registry import Entry
+from anyrtd.runs import run_record
 from anyrtd.schedule import preview
 
 NEXT_FIRES = 5
