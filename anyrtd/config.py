@@ -121,7 +121,9 @@ def _build(values: dict[str, Any], source: Path | None) -> Config:
     known = {f.name for f in fields(Config)} - {"source"}
     unknown = sorted(set(values) - known)
     if unknown:
-        raise ConfigError(f"unknown config key {unknown[0]!r}; known keys: {', '.join(sorted(known))}")
+        raise ConfigError(
+            f"unknown config key {unknown[0]!r}; known keys: {', '.join(sorted(known))}"
+        )
     out: dict[str, Any] = {"source": source}
     for key, raw in values.items():
         if key in _FLOATS:
@@ -159,7 +161,9 @@ def _programs(raw: Any) -> dict[str, CommandProgram]:
             raise ConfigError(f"{where}: expected a table with argv = [...]")
         argv = entry.get("argv")
         if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
-            raise ConfigError(f'{where}: argv must be a non-empty list of strings, e.g. ["/bin/true"]')
+            raise ConfigError(
+                f'{where}: argv must be a non-empty list of strings, e.g. ["/bin/true"]'
+            )
         env = entry.get("env", {})
         if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
             raise ConfigError(f"{where}: env must be a table of strings")
