@@ -21,7 +21,15 @@ from typing import Any
 
 from anyrtd import __version__, standing
 from anyrtd.chat import CHAT_WATCH_PROGRAM, ChatWatch, ensure_chat_watch
-from anyrtd.client import Change, Dataset, Record, ServerClient, ServerError, ServerUnavailable
+from anyrtd.client import (
+    Change,
+    Dataset,
+    Record,
+    ServerClient,
+    ServerError,
+    ServerUnavailable,
+    Upsert,
+)
 from anyrtd.clock import Clock, SystemClock
 from anyrtd.config import Config
 from anyrtd.election import AlwaysActive, Gate
@@ -220,7 +228,6 @@ class Daemon:
         for item in await self.db.call(lambda m: m.outbox_pending(1_000_000)):
             if item.dataset == TRIGGERS:
                 self.records.write(item.record_id, item.fields, item.unset)
-        await self._close_interrupted_runs(now)
         for row in snap.entries:
             defn = self.records.parsed.get(row.trigger_id)
             if not isinstance(defn, TriggerDef):
@@ -233,15 +240,13 @@ class Daemon:
             entry = Entry(defn, row)
             if row.claimed_at is not None:
                 self._unconfirmed.add(entry.id)
-            if defn.kind == "cron" and (row.next_fire is None or row.next_fire <= now):
-                # A missed occurrence does not exist: re-arm strictly forward, no burst.
-                self.registry.put(entry)
+            self.registry.put(entry)
+            missed = defn.kind == "cron" and (row.next_fire is None or row.next_fire <= now)
+            if missed or (defn.kind == "once" and not row.consumed):
+                # A missed cron occurrence does not exist: re-arm strictly forward, no burst.
                 self.registry.arm(entry, now)
-            elif defn.kind == "once" and not row.consumed:
-                self.registry.put(entry)
-                self.registry.arm(entry, now)
-            else:
-                self.registry.put(entry)
+        # Before anything fires: close what a crash left running.
+        await self._close_interrupted_runs(now)
         await self._commit(now)
         log.info(
             "mirror %s opened: %d records, %d entries restored, peer %s",
@@ -270,7 +275,8 @@ class Daemon:
                 row.trigger_id,
                 extra={"trigger": row.trigger_id, "run": row.run_id},
             )
-            self._record_outcome(row, outcome, entry=None)
+            entry = self.registry.get(row.trigger_id) if row.trigger_id is not None else None
+            self._record_outcome(row, outcome, entry=entry)
 
     async def start(self) -> None:
         """Open, run the first reconcile, and start the loops."""
@@ -362,8 +368,6 @@ class Daemon:
         """
         if self.places is None:
             raise ServerUnavailable("the server's datasets are not resolved yet")
-        from anyrtd.client import Upsert
-
         await self.client.upsert(
             self.places.triggers, [Upsert(id=trigger_id, fields=fields, unset=list(unset))]
         )
