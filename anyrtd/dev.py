@@ -23,6 +23,7 @@ from anyrtd.control.server import ControlServer, ControlStartError
 from anyrtd.control.writes import Records, WriteError
 from anyrtd.daemon import Daemon
 from anyrtd.devserver import DevServerError, start_devserver
+from anyrtd.election import Election
 from anyrtd.mirror import SchemaNotAtHead
 from anyrtd.serve import settle_heap
 
@@ -133,7 +134,8 @@ async def run_dev(config: Config, *, port: int, sample: bool, stop: asyncio.Even
         async with ServerClient(devserver.url) as client:
             if sample:
                 await ensure_sample(client, config.space)
-        daemon = Daemon(config)
+        client = ServerClient(devserver.url)
+        daemon = Daemon(config, client=client, gate=Election(client, poll_s=config.election_poll_s))
         try:
             await daemon.open()
         except SchemaNotAtHead as exc:
