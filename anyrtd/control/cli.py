@@ -167,7 +167,7 @@ def triggers_list(config: Config, everything: bool, as_json: bool) -> None:
             fmt.schedule(t.get("kind"), t.get("spec")),
             fmt.owner(t.get("owner"), me),
             "yes" if t.get("enabled") else "no",
-            fmt.when(t.get("nextFire"), now),
+            fmt.when(t["nextFire"], now) if t.get("nextFire") else f"({t.get('state')})",
             str(t.get("lastStatus") or "-"),
         ]
         for t in items
