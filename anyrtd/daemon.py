@@ -172,6 +172,7 @@ class Daemon:
         self._wake = asyncio.Event()
         self._rearm = asyncio.Event()
         self._outbox_kick = asyncio.Event()
+        self._drain_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
         self._runs: set[asyncio.Task[None]] = set()
         self._stopping = False
@@ -368,9 +369,15 @@ class Daemon:
         """
         if self.places is None:
             raise ServerUnavailable("the server's datasets are not resolved yet")
-        await self.client.upsert(
-            self.places.triggers, [Upsert(id=trigger_id, fields=fields, unset=list(unset))]
-        )
+        async with self._drain_lock:
+            # This device's own writes still queued (a breaker trip, say) go first: sent
+            # after the user's write, they would revert it.
+            pending = await self._drain()
+            if pending is not None and pending.error is not None:
+                raise ServerUnavailable(pending.error)
+            await self.client.upsert(
+                self.places.triggers, [Upsert(id=trigger_id, fields=fields, unset=list(unset))]
+            )
         records, _ = await self.client.query(self.places.triggers, filter={"id": trigger_id})
         for record in records:
             self._remember(record)
@@ -1049,6 +1056,10 @@ class Daemon:
 
     async def drain_outbox(self) -> Any:
         """Send what the outbox holds; note the acknowledged trigger writes in the cache."""
+        async with self._drain_lock:
+            return await self._drain()
+
+    async def _drain(self) -> Any:
         if self.places is None or self.db is None:
             return None
         result = await drain(self.db, self.client, self._locate)
