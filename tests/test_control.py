@@ -644,3 +644,59 @@ async def test_writes_answer_503_and_change_nothing_when_the_server_is_gone(
     assert t["enabled"] is True
     status, body = await stack.json("PATCH", "/triggers/offline", json={"enabled": False})
     assert status == 503
+
+
+async def test_enable_lands_after_a_trip_still_queued_in_the_outbox(
+    devserver_inprocess: DevServer, tmp_path: Path, aiohttp_client: Any
+) -> None:
+    # No loops run: the trip the failed run queues stays in the outbox until someone drains.
+    daemon = Daemon(config_for(devserver_inprocess.url, tmp_path / "quiet"), confirm_after=0.0)
+    await daemon.open()
+    user = ServerClient(devserver_inprocess.url)
+    try:
+
+        async def step() -> Daemon:
+            await daemon.sync()
+            await daemon.tick()
+            return daemon
+
+        await async_wait_until(step, timeout=10, what="the first sync")
+        assert daemon.places is not None and daemon.peer_id is not None
+        fields = {
+            "kind": "cron",
+            "spec": FAR_CRON,
+            "program": "test:fail@v1",
+            "owner": daemon.peer_id,
+            "maxConsecutiveFailures": 1,
+        }
+        await user.upsert(daemon.places.triggers, [Upsert("trip", fields)])
+
+        async def adopted() -> bool:
+            await step()
+            entry = daemon.registry.get("trip")
+            return entry is not None and entry.confirmed
+
+        await async_wait_until(adopted, timeout=10, what="trip adopted")
+        http = await aiohttp_client(make_app(daemon))
+        run_id = await daemon.run_now("trip")
+
+        async def tripped() -> bool:
+            resp = await http.get(f"/runs/{run_id}")
+            return (await resp.json())["status"] == "FAILED"
+
+        await async_wait_until(tripped, timeout=20, what="the run to fail")
+        records, _ = await user.query(daemon.places.triggers, filter={"id": "trip"})
+        assert records[0].get("enabled", True) is True  # the trip is queued, not sent
+
+        resp = await http.post("/triggers/trip/enable")
+        body = await resp.json()
+
+        assert resp.status == 200 and body["enabled"] is True
+        await daemon.drain_outbox()
+        records, _ = await user.query(daemon.places.triggers, filter={"id": "trip"})
+        assert records[0]["enabled"] is True
+        assert records[0]["consecutiveFailures"] == 0
+        assert "lastStatus" not in records[0]
+    finally:
+        await user.aclose()
+        await daemon.stop()
