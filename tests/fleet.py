@@ -57,6 +57,11 @@ class Programs:
         return [c for c in self.calls if c[1] == trigger_id]
 
 
+# The run budget runs on the fleet's fake clock, which the tests move by minutes at a time:
+# a budget shorter than a step would end runs still in flight as `incomplete`.
+BUDGET_S = 3600.0
+
+
 class Node:
     """One device: a daemon and its election on that device's own server."""
 
@@ -70,7 +75,7 @@ class Node:
             server=self.url,
             state_dir=self.state,
             tick_s=5.0,
-            run_timeout_s=5.0,
+            run_timeout_s=BUDGET_S,
             election_poll_s=10.0,
         )
         self.user = ServerClient(self.url)
@@ -89,7 +94,7 @@ class Node:
             agent_name="bao",
             space="bao",
             commands={},
-            timeout_s=5.0,
+            timeout_s=BUDGET_S,
             extra_builtins=self.fleet.programs.table(),
         )
         return Daemon(self.config, clock=self.fleet.clock, client=client, gate=gate, runner=runner)

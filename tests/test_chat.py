@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from fleet import Fleet
+from support import async_wait_until
 
 from anyrtd.chat import CHAT_WATCH_PROGRAM, ChatWatch, ResponderContext
 from anyrtd.client import Dataset, ServerClient
@@ -131,7 +132,14 @@ async def test_a_takeover_answers_the_backlog_once(fleet: Fleet) -> None:
     assert b.election.verdict == "active"
     await hold(fleet)
     assert b.daemon.chat.connected
-    await fleet.step(1)
+
+    async def backlog_answered() -> bool:
+        # The watch answers its backlog one conversation at a time, in the background.
+        await fleet.step(1)
+        replies = await fleet.replies()
+        return all(mid in replies for mid in [answered, *waiting])
+
+    await async_wait_until(backlog_answered, timeout=20, what="the backlog to be answered")
     replies = await fleet.replies()
     assert all(len(replies.get(mid, [])) == 1 for mid in [answered, *waiting])
     assert len(replies) == 3

@@ -23,6 +23,8 @@ from anyrtd.daemon import Daemon
 from anyrtd.runner import ProgramContext, Runner
 
 T0 = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC, a Friday
+# The run budget runs on the fake clock, which the tests move by hours at a time.
+BUDGET_S = 86_400.0
 
 
 class Programs:
@@ -53,7 +55,7 @@ class Harness:
         self.url = url
         self.clock = clock
         self.programs = programs
-        self.config = Config(server=url, state_dir=state, tick_s=5.0, run_timeout_s=5.0)
+        self.config = Config(server=url, state_dir=state, tick_s=5.0, run_timeout_s=BUDGET_S)
         self.daemon = self._make()
         self.user = ServerClient(url)
 
@@ -65,7 +67,7 @@ class Harness:
             agent_name="bao",
             space="bao",
             commands={},
-            timeout_s=5.0,
+            timeout_s=BUDGET_S,
             extra_builtins=self.programs.table(),
         )
         return Daemon(self.config, clock=self.clock, client=client, runner=runner)
