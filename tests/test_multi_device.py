@@ -164,3 +164,29 @@ async def test_two_devices_active_for_a_poll_fire_each_fresh_once_exactly_once(
     assert len([c for c in fleet.programs.calls if str(c[1]).startswith("shot-")]) == 100
     owners = {(await fleet.record(f"shot-{i:03d}") or {}).get("owner") for i in range(100)}
     assert owners <= {a.me, b.me}
+
+
+async def test_a_repin_moves_a_trigger_within_one_tick_old_evicts_new_adopts(fleet: Fleet) -> None:
+    a, b = await fleet.node(1), await fleet.node(2)
+    await fleet.put("job", owner=a.me, **cron("*/10 * * * *"))
+    await fleet.step(5)
+    assert "job" in a.daemon.registry and "job" not in b.daemon.registry
+    await fleet.put("job", owner=b.me)
+    await fleet.step(5)
+    assert "job" not in a.daemon.registry and "job" in b.daemon.registry
+    await fleet.step(600)
+    assert {c[2] for c in fleet.programs.of("job")} == {b.me}
+
+
+async def test_a_repinned_consumed_once_stays_consumed(fleet: Fleet) -> None:
+    a, b = await fleet.node(1), await fleet.node(2)
+    at = fleet.clock.now() + 10
+    await fleet.put("shot", owner=a.me, kind="once", spec={"at": at}, program="test:ok@v1")
+    await fleet.step(5)
+    await fleet.step(10)
+    assert len(fleet.programs.of("shot")) == 1
+    await fleet.put("shot", owner=b.me)
+    await fleet.step(5)
+    await fleet.step(600)
+    assert len(fleet.programs.of("shot")) == 1
+    assert len(await fleet.runs("shot")) == 1
