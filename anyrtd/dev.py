@@ -19,13 +19,10 @@ import click
 from anyrtd.client import ServerClient, ServerError, ServerUnavailable
 from anyrtd.config import Config, ConfigError, load_config
 from anyrtd.control.address import TcpAddress
-from anyrtd.control.server import ControlServer, ControlStartError
+from anyrtd.control.server import ControlServer
 from anyrtd.control.writes import Records, WriteError
-from anyrtd.daemon import Daemon
 from anyrtd.devserver import DevServerError, start_devserver
-from anyrtd.election import Election
-from anyrtd.mirror import SchemaNotAtHead
-from anyrtd.serve import settle_heap
+from anyrtd.serve import StartError, start_daemon
 
 log = logging.getLogger("anyrtd.dev")
 
@@ -134,21 +131,11 @@ async def run_dev(config: Config, *, port: int, sample: bool, stop: asyncio.Even
         async with ServerClient(devserver.url) as client:
             if sample:
                 await ensure_sample(client, config.space)
-        client = ServerClient(devserver.url)
-        daemon = Daemon(config, client=client, gate=Election(client, poll_s=config.election_poll_s))
         try:
-            await daemon.open()
-        except SchemaNotAtHead as exc:
-            raise DevError(str(exc)) from None
-        control = ControlServer(daemon)
-        try:
-            await control.start()
-        except ControlStartError as exc:
-            await daemon.stop()
+            daemon, control = await start_daemon(config)
+        except StartError as exc:
             raise DevError(str(exc)) from None
         try:
-            await daemon.start()
-            settle_heap()
             watcher = ServerClient(devserver.url)
             tasks.append(asyncio.create_task(_watch_chat(watcher, config.space)))
             click.echo(how_to(devserver.url, control, config.state_dir, daemon.peer_id))

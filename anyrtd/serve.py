@@ -59,17 +59,14 @@ def watchdog_stall_after(tick_s: float, watchdog_interval: float | None) -> floa
     return max(3 * tick_s, watchdog_s)
 
 
-async def serve(
-    config: Config,
-    *,
-    reload: Callable[[], Config] | None = None,
-    notifier: Notifier | None = None,
-) -> None:
-    """Run the daemon until SIGTERM or SIGINT; reload the config on SIGHUP."""
-    notifier = notifier or Notifier()
+async def start_daemon(config: Config) -> tuple[Daemon, ControlServer]:
+    """Open the mirror, listen on the control API and run the first reconcile.
+
+    Raise `StartError` (with what to do) when the mirror's schema is not at head or the
+    control API cannot listen; what was started is stopped again.
+    """
     client = ServerClient(config.server)
-    election = Election(client, poll_s=config.election_poll_s)
-    daemon = Daemon(config, client=client, gate=election)
+    daemon = Daemon(config, client=client, gate=Election(client, poll_s=config.election_poll_s))
     try:
         await daemon.open()
     except SchemaNotAtHead as exc:
@@ -80,8 +77,25 @@ async def serve(
     except ControlStartError as exc:
         await daemon.stop()
         raise StartError(str(exc)) from None
-    await daemon.start()
+    try:
+        await daemon.start()
+    except BaseException:
+        await control.stop()
+        await daemon.stop()
+        raise
     settle_heap()
+    return daemon, control
+
+
+async def serve(
+    config: Config,
+    *,
+    reload: Callable[[], Config] | None = None,
+    notifier: Notifier | None = None,
+) -> None:
+    """Run the daemon until SIGTERM or SIGINT; reload the config on SIGHUP."""
+    notifier = notifier or Notifier()
+    daemon, control = await start_daemon(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
