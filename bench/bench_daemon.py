@@ -261,17 +261,12 @@ async def bench_burst(url: str, n: int) -> dict[str, Any]:
     }
 
 
-async def bench_apscheduler(n: int) -> dict[str, Any]:
-    """APScheduler 3 in the same run: adding `n` cron jobs, memory, and its fire lag."""
+async def bench_apscheduler(n: int, n_start: int) -> dict[str, Any]:
+    """APScheduler 3 in the same run: its fire lag with `n` jobs, and a start with `n_start`."""
     from apscheduler.events import EVENT_JOB_SUBMITTED, JobSubmissionEvent
     from apscheduler.schedulers.asyncio import AsyncIOScheduler
-    from apscheduler.triggers.cron import CronTrigger
     from apscheduler.triggers.interval import IntervalTrigger
 
-    async def noop() -> None:
-        return None
-
-    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     sched = AsyncIOScheduler(timezone="UTC")
     lags: list[float] = []
 
@@ -280,26 +275,67 @@ async def bench_apscheduler(n: int) -> dict[str, Any]:
             lags.append(time.time() - when.timestamp())
 
     sched.add_listener(on_submit, EVENT_JOB_SUBMITTED)
-    t0 = time.perf_counter()
-    for i in range(n):
-        sched.add_job(noop, CronTrigger(minute=i % 60, hour=i % 24), id=f"t{i}")
-    add_s = time.perf_counter() - t0
+    add_jobs(sched, n)
     sched.start()
     for i in range(50):
-        sched.add_job(noop, IntervalTrigger(seconds=2), id=f"probe{i}")
+        sched.add_job(_noop, IntervalTrigger(seconds=2), id=f"probe{i}")
     deadline = time.monotonic() + 30
     while len(lags) < 500 and time.monotonic() < deadline:  # noqa: ASYNC110
         await asyncio.sleep(0.2)
     sched.shutdown(wait=False)
-    rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        __file__,
+        "--child-apscheduler",
+        str(n_start),
+        stdout=asyncio.subprocess.PIPE,
+    )
+    out, _ = await child.communicate()
+    assert child.returncode == 0, "the APScheduler start-up child failed"
     return {
         "jobs": n,
-        "add_all_s": round(add_s, 3),
-        "max_rss_growth_mb": round(rss1 - rss0, 1),
         "fire_lag_samples": len(lags),
         "fire_lag_ms_p50": round(percentile(lags, 0.5) * 1000, 2) if lags else None,
         "fire_lag_ms_p99": round(percentile(lags, 0.99) * 1000, 2) if lags else None,
+        "startup": json.loads(out.decode().strip().splitlines()[-1]),
     }
+
+
+async def _noop() -> None:
+    return None
+
+
+def add_jobs(sched: Any, n: int) -> None:
+    """Add `n` cron jobs of the same mix the anyrtd benchmarks seed."""
+    from apscheduler.triggers.cron import CronTrigger
+    from apscheduler.triggers.interval import IntervalTrigger
+
+    for i in range(n):
+        if i % 3 == 0:
+            trigger: Any = CronTrigger(minute=i % 60, hour=i % 24, timezone="UTC")
+        elif i % 3 == 1:
+            trigger = CronTrigger(minute=f"*/{1 + i % 30}", timezone="Europe/Berlin")
+        else:
+            trigger = IntervalTrigger(seconds=3600 + i)
+        sched.add_job(_noop, trigger, id=f"t{i:06d}")
+
+
+async def child_apscheduler(n: int) -> None:
+    """Start APScheduler with `n` jobs in memory (its default store) and report time and memory."""
+    from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+    t0 = time.perf_counter()
+    sched = AsyncIOScheduler(timezone="UTC")
+    add_jobs(sched, n)
+    sched.start()
+    elapsed = time.perf_counter() - t0
+    gc.collect()
+    print(
+        json.dumps(
+            {"jobs": n, "add_and_start_s": round(elapsed, 3), "max_rss_mb": round(peak_rss_mb(), 1)}
+        )
+    )
+    sched.shutdown(wait=False)
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
@@ -320,7 +356,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 proc.terminate()
                 proc.wait()
             print(name, json.dumps(results[name]), flush=True)
-    results["apscheduler"] = await bench_apscheduler(n_tick)
+    results["apscheduler"] = await bench_apscheduler(n_tick, n_start)
     print("apscheduler", json.dumps(results["apscheduler"]), flush=True)
     return results
 
@@ -328,6 +364,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "--child-startup":
         asyncio.run(child_startup(sys.argv[2], sys.argv[3]))
+        sys.exit(0)
+    if len(sys.argv) == 3 and sys.argv[1] == "--child-apscheduler":
+        asyncio.run(child_apscheduler(int(sys.argv[2])))
         sys.exit(0)
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
