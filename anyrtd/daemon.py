@@ -592,6 +592,7 @@ class Daemon:
             # Reassigned while in our registry: stamp it again and wait for the confirmation.
             existing.defn = defn
             existing.row.claimed_at = now if claim else None
+            self.registry.put(existing)
             self.registry.arm(existing, now)
             entry = existing
         else:
@@ -784,8 +785,11 @@ class Daemon:
             return
         listening = [
             e.defn
-            for e in self.registry.entries.values()
-            if e.defn.kind == "event" and e.confirmed and e.row.enabled and e.row.marker is None
+            for rid in self.registry.events
+            if (e := self.registry.entries[rid]).defn.kind == "event"
+            and e.confirmed
+            and e.row.enabled
+            and e.row.marker is None
         ]
         now = self.clock.now()
         for message in messages:

@@ -60,9 +60,11 @@ def next_fire(entry: Entry, after: float) -> float | None:
 
 @dataclass
 class Registry:
-    """Entries by trigger id, and a heap of (due, id) for the timer."""
+    """Entries by trigger id, a heap of (due, id) for the timer, and the event entries."""
 
     entries: dict[str, Entry] = field(default_factory=dict)
+    events: set[str] = field(default_factory=set)
+    """Ids of the event entries, so a chat message is matched without a scan of them all."""
     _heap: list[tuple[float, str]] = field(default_factory=list)
 
     def __len__(self) -> int:
@@ -76,10 +78,15 @@ class Registry:
 
     def put(self, entry: Entry) -> None:
         self.entries[entry.id] = entry
+        if entry.defn.kind == "event":
+            self.events.add(entry.id)
+        else:
+            self.events.discard(entry.id)
         self.schedule(entry)
 
     def remove(self, trigger_id: str) -> Entry | None:
         # The heap keeps a stale item; `pop_due` drops it because the entry is gone.
+        self.events.discard(trigger_id)
         return self.entries.pop(trigger_id, None)
 
     def arm(self, entry: Entry, after: float) -> None:
