@@ -498,12 +498,7 @@ def _state_line(t: Mapping[str, Any]) -> str:
 @json_option
 def triggers_enable(config: Config, trigger_id: str, as_json: bool) -> None:
     """Enable a trigger and reset its breaker (through the daemon, written to the record)."""
-    with control(config) as ctl:
-        trigger = ctl.post(f"/triggers/{path_id(trigger_id)}/enable")
-    if as_json:
-        emit_json(trigger)
-    else:
-        click.echo(_state_line(trigger))
+    _switch(config, trigger_id, "enable", as_json)
 
 
 @triggers.command("disable")
@@ -512,8 +507,12 @@ def triggers_enable(config: Config, trigger_id: str, as_json: bool) -> None:
 @json_option
 def triggers_disable(config: Config, trigger_id: str, as_json: bool) -> None:
     """Disable a trigger (through the daemon, written to the record)."""
+    _switch(config, trigger_id, "disable", as_json)
+
+
+def _switch(config: Config, trigger_id: str, verb: str, as_json: bool) -> None:
     with control(config) as ctl:
-        trigger = ctl.post(f"/triggers/{path_id(trigger_id)}/disable")
+        trigger = ctl.post(f"/triggers/{path_id(trigger_id)}/{verb}")
     if as_json:
         emit_json(trigger)
     else:
