@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
-import socket
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,100 +13,39 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import anyrtd_command
+from control_support import TICK, ServeProcess
 from support import wait_until
 
-TICK = 0.2
+
+def program_table(programs: dict[str, list[str]]) -> tuple[str, ...]:
+    """Return the config lines that declare `programs` as commands."""
+    return tuple(
+        f'[programs."{name}"]\nargv = {json.dumps(argv)}' for name, argv in programs.items()
+    )
 
 
-class Serve:
-    """An `anyrtd serve` subprocess on a devserver, with its control API on a unix socket."""
-
-    def __init__(self, tmp: Path, server_url: str, programs: dict[str, list[str]]) -> None:
-        self.tmp = tmp
-        self.server_url = server_url
-        self.state = tmp / "state"
-        self.sock = tmp / "control.sock"
-        self.log = tmp / "serve.log"
-        self.config = tmp / "anyrtd.toml"
-        lines = [
-            f'[programs."{name}"]\nargv = {argv!r}\n'.replace("'", '"')
-            for name, argv in programs.items()
-        ]
-        self.config.write_text("grace_s = 1.0\n" + "\n".join(lines))
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> Serve:
-        with self.log.open("ab") as err:
-            self.proc = subprocess.Popen(
-                [
-                    *anyrtd_command(),
-                    "serve",
-                    "--config",
-                    str(self.config),
-                    "--server",
-                    self.server_url,
-                    "--state-dir",
-                    str(self.state),
-                    "--tick",
-                    str(TICK),
-                    "--listen",
-                    f"unix:{self.sock}",
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-                start_new_session=True,
-            )
-        wait_until(
-            lambda: self.health().get("lastTickAt"),
-            timeout=30,
-            what="anyrtd serve to answer /healthz",
-        )
-        return self
-
-    def health(self) -> dict[str, Any]:
-        if self.proc is not None and self.proc.poll() is not None:
-            raise AssertionError(
-                f"anyrtd serve exited {self.proc.returncode}:\n{self.log.read_text()}"
-            )
-        if not _answers(self.sock):
-            return {}
-        with httpx.Client(transport=httpx.HTTPTransport(uds=str(self.sock)), timeout=5) as c:
-            resp = c.get("http://localhost/healthz")
-            body: dict[str, Any] = resp.json()
-            return body
-
-    def wait_ticks(self, n: int) -> None:
-        """Wait until the daemon has run `n` more reconciles."""
-        start = self.health()["lastTickAt"]
-        wait_until(
-            lambda: self.health()["lastTickAt"] >= start + n * TICK,
-            timeout=30,
-            what=f"{n} more ticks",
-        )
-
-    def kill(self, sig: int) -> int:
-        assert self.proc is not None
-        self.proc.send_signal(sig)
-        code = self.proc.wait(timeout=30)
-        self.proc = None
-        return code
-
-    def close(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-        self.proc = None
+def serve_with(tmp: Path, server_url: str, programs: dict[str, list[str]]) -> ServeProcess:
+    return ServeProcess(tmp, server_url, config_lines=program_table(programs)).start()
 
 
-def _answers(path: Path) -> bool:
-    """Return whether something accepts connections on the unix socket `path`."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        try:
-            probe.connect(str(path))
-        except OSError:
-            return False
-    return True
+def signal_and_wait(serve: ServeProcess, sig: int) -> int:
+    """Send `sig` to the daemon and return its exit status."""
+    proc, serve.proc = serve.proc, None
+    assert proc is not None
+    proc.send_signal(sig)
+    return proc.wait(timeout=30)
+
+
+def last_tick(serve: ServeProcess) -> float:
+    with serve.http() as client:
+        at: float = client.get("/healthz").json()["lastTickAt"]
+    return at
+
+
+def wait_ticks(serve: ServeProcess, n: int) -> None:
+    """Wait until the daemon has run `n` more reconciles."""
+    start = last_tick(serve)
+    wait_until(lambda: last_tick(serve) >= start + n * TICK, timeout=30, what=f"{n} more ticks")
 
 
 class World:
@@ -176,40 +114,40 @@ def sleeper(pids: Path, seconds: int) -> list[str]:
 def test_kill_9_mid_run_closes_the_run_as_interrupted_and_never_refires_the_once(
     devserver: Any, world: World, tmp_path: Path, pids: Path
 ) -> None:
-    serve = Serve(tmp_path, devserver.url, {"test:sleep@v1": sleeper(pids, 60)}).start()
+    serve = serve_with(tmp_path, devserver.url, {"test:sleep@v1": sleeper(pids, 60)})
     try:
         world.put(
             "standup", kind="once", spec={"at": time.time() - 5}, program="test:sleep@v1", owner=""
         )
         wait_until(lambda: pids.read_text().strip(), timeout=30, what="the program to start")
-        assert serve.kill(signal.SIGKILL) == -signal.SIGKILL
+        assert signal_and_wait(serve, signal.SIGKILL) == -signal.SIGKILL
         serve.start()
         wait_until(
             lambda: [r["status"] for r in world.runs("standup")] == ["interrupted"],
             timeout=30,
             what="the interrupted run record",
         )
-        serve.wait_ticks(10)
+        wait_ticks(serve, 10)
         assert len(world.runs("standup")) == 1
         assert len(pids.read_text().split()) == 1  # the program never started again
         record = world.record("standup")
         assert record["enabled"] is False and record["lastStatus"] == "interrupted"
         assert record["consecutiveFailures"] == 0  # an interruption is not a failure
     finally:
-        serve.close()
+        serve.stop()
 
 
 def test_sigterm_lets_short_runs_finish_and_interrupts_the_rest(
     devserver: Any, world: World, tmp_path: Path, pids: Path
 ) -> None:
-    serve = Serve(
+    serve = serve_with(
         tmp_path,
         devserver.url,
         {
             "test:short@v1": ["/bin/sh", "-c", f"echo $$ >> {pids}; sleep 0.3; echo done"],
             "test:long@v1": sleeper(pids, 60),
         },
-    ).start()
+    )
     try:
         at = time.time() - 1
         world.put("short", kind="once", spec={"at": at}, program="test:short@v1", owner="")
@@ -217,32 +155,32 @@ def test_sigterm_lets_short_runs_finish_and_interrupts_the_rest(
         wait_until(
             lambda: len(pids.read_text().split()) == 2, timeout=30, what="both programs to start"
         )
-        assert serve.kill(signal.SIGTERM) == 0
+        assert signal_and_wait(serve, signal.SIGTERM) == 0
         assert [r["status"] for r in world.runs("short")] == ["ok"]
         assert [r["status"] for r in world.runs("long")] == ["interrupted"]
         for pid in pids.read_text().split():  # nothing of either program is left behind
             with pytest.raises(ProcessLookupError):
                 os.killpg(int(pid), 0)
     finally:
-        serve.close()
+        serve.stop()
 
 
 def test_a_restart_keeps_firing_from_the_mirror_while_the_server_is_away(
     devserver: Any, world: World, tmp_path: Path, pids: Path
 ) -> None:
-    serve = Serve(
+    serve = serve_with(
         tmp_path,
         devserver.url,
         {
             "test:mark@v1": ["/bin/sh", "-c", f"echo $$ >> {pids}"],
         },
-    ).start()
+    )
     try:
         world.put("beat", kind="cron", spec={"every_s": 1}, program="test:mark@v1", owner="")
         wait_until(
             lambda: world.record("beat").get("runCount", 0) >= 1, timeout=30, what="the first run"
         )
-        assert serve.kill(signal.SIGTERM) == 0
+        assert signal_and_wait(serve, signal.SIGTERM) == 0
         devserver.stop()
         serve.start()  # the server is down: the registry comes back from the mirror
         fired = len(pids.read_text().split())
@@ -252,7 +190,7 @@ def test_a_restart_keeps_firing_from_the_mirror_while_the_server_is_away(
             what="fires while the server is away",
         )
         devserver.restart()
-        assert serve.kill(signal.SIGTERM) == 0
+        assert signal_and_wait(serve, signal.SIGTERM) == 0
         serve.server_url = devserver.url
         serve.start()
         world.http.close()
@@ -265,4 +203,4 @@ def test_a_restart_keeps_firing_from_the_mirror_while_the_server_is_away(
         ids = [r["runId"] for r in world.runs("beat")]
         assert len(ids) == len(set(ids))
     finally:
-        serve.close()
+        serve.stop()
