@@ -12,6 +12,29 @@ from anyrtd.daemon import resolve_places
 
 T = TypeVar("T")
 
+AGENT_RUNS_FIELDS = frozenset(
+    {
+        "runId",
+        "triggerId",
+        "program",
+        "device",
+        "startedAt",
+        "endedAt",
+        "durationMs",
+        "status",
+        "errorType",
+        "turns",
+        "cells",
+        "effects",
+        "mutations",
+        "tokens",
+        "costUsd",
+        "model",
+        "title",
+    }
+)
+"""The fields of an `agent_runs` record, as the seeds' table lists them."""
+
 
 def wait_until(
     check: Callable[[], T], timeout: float = 10.0, interval: float = 0.02, what: str = "condition"

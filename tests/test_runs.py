@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from support import AGENT_RUNS_FIELDS
 
 from anyrtd.mirror import RunRow
 from anyrtd.runs import rollup, run_record
@@ -27,26 +28,7 @@ def row(status: str, **result: Any) -> RunRow:
 
 def test_the_run_record_carries_every_field_of_the_seeds_and_scheduled_at() -> None:
     rec = run_record(row("ok", title="digest", fuel=3, costUsd=0.02, turns=2))
-    seeds = {
-        "runId",
-        "triggerId",
-        "program",
-        "device",
-        "startedAt",
-        "endedAt",
-        "durationMs",
-        "status",
-        "errorType",
-        "turns",
-        "cells",
-        "effects",
-        "mutations",
-        "tokens",
-        "costUsd",
-        "model",
-        "title",
-    }
-    assert seeds | {"scheduledAt", "fuel"} == set(rec)
+    assert AGENT_RUNS_FIELDS | {"scheduledAt", "fuel"} == set(rec)
     assert rec["startedAt"] == 1_800_000_000.25 and rec["scheduledAt"] == 1_800_000_000.0
     assert rec["title"] == "digest" and rec["fuel"] == 3 and rec["turns"] == 2
     assert rec["tokens"] == {"in": 0, "out": 0, "cacheRead": 0, "cacheWrite": 0}
