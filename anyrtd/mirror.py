@@ -14,7 +14,7 @@ import json
 import sqlite3
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
@@ -451,74 +451,28 @@ def _chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
         yield items[i : i + size]
 
 
+# The columns of `entries` and `runs` are named as the fields of EntryRow and RunRow, so a
+# row maps onto its dataclass field by field; only a run's `result` is stored as JSON.
+_ENTRY_FIELDS = tuple(f.name for f in fields(EntryRow))
+_RUN_FIELDS = tuple(f.name for f in fields(RunRow))
+
+
 def _entry(r: Any) -> EntryRow:
-    return EntryRow(
-        trigger_id=r.trigger_id,
-        fingerprint=r.fingerprint,
-        kind=r.kind,
-        enabled=bool(r.enabled),
-        armed_at=r.armed_at,
-        next_fire=r.next_fire,
-        consumed=bool(r.consumed),
-        consecutive_failures=r.consecutive_failures,
-        run_count=r.run_count,
-        marker=r.marker,
-        claimed_at=r.claimed_at,
-    )
+    return EntryRow(**r._mapping)
 
 
 def _entry_values(e: EntryRow) -> dict[str, Any]:
-    return {
-        "trigger_id": e.trigger_id,
-        "fingerprint": e.fingerprint,
-        "kind": e.kind,
-        "enabled": e.enabled,
-        "armed_at": e.armed_at,
-        "next_fire": e.next_fire,
-        "consumed": e.consumed,
-        "consecutive_failures": e.consecutive_failures,
-        "run_count": e.run_count,
-        "marker": e.marker,
-        "claimed_at": e.claimed_at,
-    }
+    return {name: getattr(e, name) for name in _ENTRY_FIELDS}
 
 
 def _run(r: Any) -> RunRow:
-    return RunRow(
-        run_id=r.run_id,
-        trigger_id=r.trigger_id,
-        program=r.program,
-        device=r.device,
-        scheduled_at=r.scheduled_at,
-        started_at=r.started_at,
-        status=r.status,
-        ended_at=r.ended_at,
-        duration_ms=r.duration_ms,
-        error_type=r.error_type,
-        error=r.error,
-        result=json.loads(r.result),
-        output=r.output,
-        output_dropped=r.output_dropped,
-    )
+    return RunRow(**{**r._mapping, "result": json.loads(r.result)})
 
 
 def _run_values(r: RunRow) -> dict[str, Any]:
-    return {
-        "run_id": r.run_id,
-        "trigger_id": r.trigger_id,
-        "program": r.program,
-        "device": r.device,
-        "scheduled_at": r.scheduled_at,
-        "started_at": r.started_at,
-        "ended_at": r.ended_at,
-        "duration_ms": r.duration_ms,
-        "status": r.status,
-        "error_type": r.error_type,
-        "error": r.error,
-        "result": _dumps(dict(r.result)),
-        "output": r.output,
-        "output_dropped": r.output_dropped,
-    }
+    values = {name: getattr(r, name) for name in _RUN_FIELDS}
+    values["result"] = _dumps(dict(r.result))
+    return values
 
 
 def _on_connect(dbapi_conn: sqlite3.Connection, record: ConnectionPoolEntry) -> None:
