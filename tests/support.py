@@ -35,6 +35,21 @@ AGENT_RUNS_FIELDS = frozenset(
 )
 """The fields of an `agent_runs` record, as the seeds' table lists them."""
 
+SEED_KEYS = frozenset(
+    {
+        "id",
+        "name",
+        "kind",
+        "owner",
+        "enabled",
+        "lastRunAt",
+        "lastStatus",
+        "consecutiveFailures",
+        "limits",
+    }
+)
+"""The keys of a `GET /triggers` entry, as the seeds' control-plane table lists them."""
+
 
 def wait_until(
     check: Callable[[], T], timeout: float = 10.0, interval: float = 0.02, what: str = "condition"

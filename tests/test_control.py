@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient
-from support import async_wait_until
+from support import SEED_KEYS, async_wait_until
 
 from anyrtd.client import ServerClient, Upsert
 from anyrtd.clock import FakeClock
@@ -26,17 +26,6 @@ from anyrtd.control.guard import Guard
 from anyrtd.daemon import Daemon
 from anyrtd.devserver import DevServer
 
-SEED_KEYS = {
-    "id",
-    "name",
-    "kind",
-    "owner",
-    "enabled",
-    "lastRunAt",
-    "lastStatus",
-    "consecutiveFailures",
-    "limits",
-}
 FAR_CRON = {"cron": "0 0 1 1 *"}
 PY = sys.executable
 

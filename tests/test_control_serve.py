@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import pytest
 from conftest import DevserverProcess
 from control_support import ServeProcess
-from support import wait_until
+from support import SEED_KEYS, wait_until
 
 from anyrtd.client import ServerClient, Upsert
 from anyrtd.daemon import Places, resolve_places
@@ -23,17 +23,6 @@ ECHO = (
     '[programs."test:echo@v1"]',
     f'argv = ["{PY}", "-c", "print(\'hello from serve\')"]',
 )
-SEED_KEYS = {
-    "id",
-    "name",
-    "kind",
-    "owner",
-    "enabled",
-    "lastRunAt",
-    "lastStatus",
-    "consecutiveFailures",
-    "limits",
-}
 
 
 class World:
