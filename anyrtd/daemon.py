@@ -157,7 +157,6 @@ class Daemon:
         self.feed_available = True
         self.last_tick_at: float | None = None
         self.last_tick_mono: float | None = None
-        self.reconciled = asyncio.Event()
         self._batch = Batch()
         self._commit_lock = asyncio.Lock()
         self._dirty: set[str] = set()
@@ -177,8 +176,6 @@ class Daemon:
         self._runs: set[asyncio.Task[None]] = set()
         self._stopping = False
         self._server_away = False
-        self._started_mono = time.monotonic()
-        self.listeners: list[Callable[[], None]] = []
         self.outbox_depth = 0
         self.runs_today = 0
         # Event triggers, the chat responder and the standing built-ins (docs/events.md,
@@ -418,9 +415,6 @@ class Daemon:
         self.last_tick_at = now
         self.last_tick_mono = self.clock.monotonic()
         self.stats.tick_duration.observe(time.perf_counter() - started)
-        self.reconciled.set()
-        for listener in self.listeners:
-            listener()
 
     async def _try_resolve(self, now: float) -> None:
         try:

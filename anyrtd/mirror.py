@@ -289,12 +289,6 @@ class Mirror:
         with self.engine.connect() as conn:
             return [(r.id, r.record) for r in conn.execute(q)]
 
-    def get_meta(self, key: str) -> str | None:
-        with self.engine.connect() as conn:
-            return conn.execute(
-                select(meta_table.c.value).where(meta_table.c.key == key)
-            ).scalar_one_or_none()
-
     def open_runs(self) -> list[RunRow]:
         with self.engine.connect() as conn:
             rows = conn.execute(select(runs_table).where(runs_table.c.status == RUNNING))
