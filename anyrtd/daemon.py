@@ -16,10 +16,10 @@ import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
-from anyrtd import __version__, standing
+from anyrtd import standing
 from anyrtd.chat import CHAT_WATCH_PROGRAM, ChatWatch, ensure_chat_watch
 from anyrtd.client import (
     Change,
@@ -35,9 +35,10 @@ from anyrtd.config import Config
 from anyrtd.election import AlwaysActive, Gate
 from anyrtd.events import CHAT_DATASET, ChatMessage, LiveGate, event_target, fires, new_message
 from anyrtd.metrics import Stats
-from anyrtd.mirror import RUNNING, AsyncMirror, Batch, Mirror, RunRow
+from anyrtd.mirror import AsyncMirror, Mirror
 from anyrtd.model import TriggerDef, health_marker
 from anyrtd.outbox import RUNS, TRIGGERS, drain
+from anyrtd.places import Places, resolve_places
 from anyrtd.reconcile import (
     Adopt,
     Confirm,
@@ -53,68 +54,14 @@ from anyrtd.reconcile import (
 )
 from anyrtd.records import RecordCache
 from anyrtd.registry import Entry, Registry, new_row
+from anyrtd.rows import Batch, RunRow
 from anyrtd.runner import Runner, RunOutcome, RunRequest
 from anyrtd.runs import rollup, run_record
+from anyrtd.vocab import is_stamp, stamp
 
 log = logging.getLogger("anyrtd.daemon")
 
-BUNDLE = "bao/v1"
-TRIGGERS_SEED = "bao/triggers/v1"
-RUNS_SEED = "bao/runs/v1"
-TRIGGER_TYPE_KEY = "agent_trigger"
 FEED_WAIT_S = 25.0
-
-
-@dataclass(frozen=True)
-class Places:
-    """Where this agent's records live on the server, resolved by seed."""
-
-    space: str
-    type_id: str
-    triggers: Dataset
-    runs: Dataset
-
-    def matches_triggers(self, change: Change) -> bool:
-        return change.object_id == self.triggers.object_id and change.dataset in (
-            "agent_triggers",
-            self.triggers.name,
-        )
-
-    def to_meta(self) -> dict[str, str]:
-        return {
-            "space": self.space,
-            "type_id": self.type_id,
-            "triggers_object": self.triggers.object_id,
-            "runs_object": self.runs.object_id,
-        }
-
-    @classmethod
-    def from_meta(cls, meta: Mapping[str, str]) -> Places | None:
-        try:
-            space, type_id = meta["space"], meta["type_id"]
-            return cls(
-                space,
-                type_id,
-                Dataset(space, meta["triggers_object"], f"{type_id}_agent_triggers"),
-                Dataset(space, meta["runs_object"], f"{type_id}_agent_runs"),
-            )
-        except KeyError:
-            return None
-
-
-async def resolve_places(client: ServerClient, space: str) -> Places:
-    """Resolve the trigger type and the bundle children by seed, creating them if missing."""
-    type_id = await client.ensure_type(
-        space, TRIGGER_TYPE_KEY, name="Agent trigger", hidden=True, id_rule="user", dynamic=True
-    )
-    triggers = await client.child(space, BUNDLE, TRIGGERS_SEED, type_id)
-    runs = await client.child(space, BUNDLE, RUNS_SEED, type_id)
-    return Places(
-        space,
-        type_id,
-        Dataset(space, triggers, f"{type_id}_agent_triggers"),
-        Dataset(space, runs, f"{type_id}_agent_runs"),
-    )
 
 
 def new_run_id() -> str:
@@ -439,9 +386,9 @@ class Daemon:
         devices = await self.client.devices()
         peer = devices.self_id if devices is not None and devices.self_id else None
         if peer is None:
-            peer = self.peer_id if self.peer_id and _is_stamp(self.peer_id) else None
+            peer = self.peer_id if self.peer_id and is_stamp(self.peer_id) else None
         if peer is None:
-            peer = f"anyrt-{os.getpid()}"
+            peer = stamp(os.getpid())
         return places, peer
 
     def _apply_buffered(self) -> None:
@@ -1082,8 +1029,4 @@ def _merged(first: Batch, then: Batch) -> Batch:
     return out
 
 
-def _is_stamp(peer: str | None) -> bool:
-    return peer is not None and peer.startswith("anyrt-")
-
-
-__all__ = ["RUNNING", "Daemon", "Places", "__version__", "resolve_places"]
+__all__ = ["Daemon"]

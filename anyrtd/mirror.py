@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
@@ -43,6 +43,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.pool import ConnectionPoolEntry
+
+from anyrtd.rows import Batch, EntryRow, OutboxItem, RunRow
+from anyrtd.vocab import RunStatus
 
 T = TypeVar("T")
 
@@ -111,94 +114,9 @@ tombstones_table = Table(
     Column("deleted_at", Float, nullable=False),
 )
 
-RUNNING = "running"
-
 
 class SchemaNotAtHead(Exception):
     """The mirror's schema is older (or newer) than this anyrtd expects."""
-
-
-@dataclass(slots=True)
-class EntryRow:
-    """The persisted state of one registry entry."""
-
-    trigger_id: str
-    fingerprint: str
-    kind: str
-    enabled: bool
-    armed_at: float
-    next_fire: float | None
-    consumed: bool = False
-    consecutive_failures: int = 0
-    run_count: int = 0
-    marker: str | None = None
-    claimed_at: float | None = None
-
-
-@dataclass(slots=True)
-class RunRow:
-    """A run summary as the mirror keeps it, with the captured output."""
-
-    run_id: str
-    trigger_id: str | None
-    program: str
-    device: str
-    scheduled_at: float | None
-    started_at: float
-    status: str = RUNNING
-    ended_at: float | None = None
-    duration_ms: int | None = None
-    error_type: str | None = None
-    error: str | None = None
-    result: Mapping[str, Any] = field(default_factory=dict)
-    output: str = ""
-    output_dropped: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class OutboxItem:
-    """One field-level write owed to the server."""
-
-    seq: int
-    dataset: str
-    record_id: str
-    fields: Mapping[str, Any]
-    unset: Sequence[str]
-    attempts: int
-
-
-@dataclass(slots=True)
-class Batch:
-    """Everything one step of the daemon writes, committed as one transaction."""
-
-    records: list[tuple[str, int | None, Mapping[str, Any]]] = field(default_factory=list)
-    forget_records: list[str] = field(default_factory=list)
-    entries: list[EntryRow] = field(default_factory=list)
-    evict: list[str] = field(default_factory=list)
-    tombstones: list[str] = field(default_factory=list)
-    runs: list[RunRow] = field(default_factory=list)
-    outbox: list[tuple[str, str, Mapping[str, Any], Sequence[str]]] = field(default_factory=list)
-    meta: dict[str, str] = field(default_factory=dict)
-
-    def __bool__(self) -> bool:
-        return any(
-            (
-                self.records,
-                self.forget_records,
-                self.entries,
-                self.evict,
-                self.tombstones,
-                self.runs,
-                self.outbox,
-                self.meta,
-            )
-        )
-
-    def write(
-        self, dataset: str, record_id: str, fields: Mapping[str, Any], unset: Sequence[str] = ()
-    ) -> None:
-        """Queue a field-level write of a server record in the outbox."""
-        self.outbox.append((dataset, record_id, dict(fields), list(unset)))
 
 
 @dataclass(frozen=True)
@@ -291,7 +209,7 @@ class Mirror:
 
     def open_runs(self) -> list[RunRow]:
         with self.engine.connect() as conn:
-            rows = conn.execute(select(runs_table).where(runs_table.c.status == RUNNING))
+            rows = conn.execute(select(runs_table).where(runs_table.c.status == RunStatus.RUNNING))
             return [_run(r) for r in rows]
 
     def runs(
@@ -368,7 +286,7 @@ class Mirror:
         with self.engine.begin() as conn:
             result = conn.execute(
                 delete(runs_table).where(
-                    runs_table.c.started_at < before, runs_table.c.status != RUNNING
+                    runs_table.c.started_at < before, runs_table.c.status != RunStatus.RUNNING
                 )
             )
         return int(result.rowcount or 0)

@@ -17,12 +17,11 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Literal, cast
+from typing import Any
 
 from anyrtd.schedule import (
     CronSchedule,
@@ -32,44 +31,33 @@ from anyrtd.schedule import (
     Schedule,
     compile_schedule,
 )
+from anyrtd.vocab import Kind, Marker
 
 __all__ = [
     "DEFAULT_MAX_CONSECUTIVE_FAILURES",
-    "INVALID_SPEC",
     "KINDS",
     "STANDING_BUILTINS",
     "SUPPORTED_EVENT_DATASETS",
-    "UNSUPPORTED_SOURCE",
     "Malformed",
     "Rollup",
     "TriggerDef",
     "fingerprint",
     "health_marker",
-    "is_unassigned",
     "marker_reason",
     "once_at",
     "parse_record",
     "spec_error",
 ]
 
-Kind = Literal["cron", "once", "event"]
-KINDS: frozenset[str] = frozenset({"cron", "once", "event"})
+KINDS: frozenset[str] = frozenset(Kind)
 STANDING_BUILTINS: frozenset[str] = frozenset(
     {"rollup", "extraction", "linkgen", "evolution", "decay", "reflection"}
 )
 SUPPORTED_EVENT_DATASETS: frozenset[str] = frozenset({"chat_messages"})
 DEFAULT_MAX_CONSECUTIVE_FAILURES = 3
-INVALID_SPEC = "invalid_spec"
-UNSUPPORTED_SOURCE = "unsupported_source"
 
-_STAMP = re.compile(r"anyrt-[0-9]+", re.ASCII)
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 _LIMIT_KEYS = ("fuelPerRun", "timeoutS", "maxCostPerRun")
-
-
-def is_unassigned(owner: str) -> bool:
-    """Return True for an owner that any active device may claim: "" or an `anyrt-<pid>` stamp."""
-    return owner == "" or _STAMP.fullmatch(owner) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,7 +332,7 @@ def _parse(record: Mapping[str, Any]) -> TriggerDef:
     return TriggerDef(
         id=rid,
         name=name,
-        kind=cast(Kind, sys.intern(kind)),
+        kind=Kind(kind),
         spec=_frozen(spec),
         program=program,
         args=_frozen(args),
@@ -413,16 +401,16 @@ def health_marker(defn: TriggerDef, now: float | None = None) -> str | None:
         return None
     schedule = defn.schedule
     if not schedule.is_valid:
-        return INVALID_SPEC
+        return Marker.INVALID_SPEC
     if isinstance(schedule, EventSchedule):
-        return None if schedule.dataset in SUPPORTED_EVENT_DATASETS else UNSUPPORTED_SOURCE
+        return None if schedule.dataset in SUPPORTED_EVENT_DATASETS else Marker.UNSUPPORTED_SOURCE
     if (
         now is not None
         and isinstance(schedule, CronSchedule)
         and schedule.expr.years is not None  # only a year field can run out of occurrences
         and schedule.next_after(now, now) is None
     ):
-        return INVALID_SPEC
+        return Marker.INVALID_SPEC
     return None
 
 

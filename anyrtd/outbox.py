@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from anyrtd.client import Dataset, ServerClient, ServerError, ServerUnavailable, Upsert
-from anyrtd.mirror import AsyncMirror, Mirror, OutboxItem
+from anyrtd.mirror import AsyncMirror, Mirror
+from anyrtd.rows import OutboxItem
 
 log = logging.getLogger("anyrtd.outbox")
 

@@ -12,7 +12,8 @@ from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass
 from typing import Literal
 
-from anyrtd.model import STANDING_BUILTINS, Malformed, TriggerDef, health_marker, is_unassigned
+from anyrtd.model import STANDING_BUILTINS, Malformed, TriggerDef, health_marker
+from anyrtd.vocab import is_unassigned
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
-from anyrtd.mirror import EntryRow
 from anyrtd.model import TriggerDef, health_marker, once_at
+from anyrtd.rows import EntryRow
 from anyrtd.schedule import once_due
 
 

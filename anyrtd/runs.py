@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from anyrtd.mirror import RunRow
+from anyrtd.rows import RunRow
 
 STATUS_OF_RUN = {"ok": "ok", "FAILED": "error", "incomplete": "error", "interrupted": "interrupted"}
 """The trigger's `lastStatus` after a run ending with each run `status` (runtime.md)."""

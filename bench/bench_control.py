@@ -33,7 +33,8 @@ from anyrtd.client import ServerClient, Upsert
 from anyrtd.clock import SystemClock
 from anyrtd.config import Config
 from anyrtd.control.server import ControlServer
-from anyrtd.daemon import Daemon, resolve_places
+from anyrtd.daemon import Daemon
+from anyrtd.places import resolve_places
 from anyrtd.runner import ProgramContext, Runner
 from anyrtd.serve import settle_heap
 

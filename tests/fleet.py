@@ -166,7 +166,7 @@ class Fleet:
 
     async def places(self) -> tuple[Dataset, Dataset, Dataset]:
         if self._triggers is None or self._runs is None or self._chat is None:
-            from anyrtd.daemon import resolve_places
+            from anyrtd.places import resolve_places
 
             places = await resolve_places(self.user, "bao")
             self._triggers, self._runs = places.triggers, places.runs

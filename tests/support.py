@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from anyrtd.client import ServerClient, Upsert
-from anyrtd.daemon import resolve_places
+from anyrtd.places import resolve_places
 
 T = TypeVar("T")
 

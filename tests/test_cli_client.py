@@ -17,7 +17,7 @@ from support import wait_until
 
 from anyrtd.cli import main
 from anyrtd.client import ServerClient
-from anyrtd.daemon import resolve_places
+from anyrtd.places import resolve_places
 
 PY = sys.executable
 CONTRIB = Path(__file__).resolve().parent.parent / "contrib" / "triggers"

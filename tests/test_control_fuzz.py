@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from support import wait_until
 
 from anyrtd.client import ServerClient, Upsert
-from anyrtd.daemon import resolve_places
+from anyrtd.places import resolve_places
 
 IDS = ["fz-cron", "fz-once", "fz-event", "fz-far", "fz-broken"]
 GUARD_STATUSES = {"400", "401", "403", "404", "405", "413", "415"}

@@ -15,7 +15,7 @@ from control_support import ServeProcess
 from support import SEED_KEYS, wait_until
 
 from anyrtd.client import ServerClient, Upsert
-from anyrtd.daemon import Places, resolve_places
+from anyrtd.places import Places, resolve_places
 
 T = TypeVar("T")
 PY = sys.executable

@@ -10,19 +10,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from anyrtd.model import (
-    INVALID_SPEC,
     STANDING_BUILTINS,
-    UNSUPPORTED_SOURCE,
     Malformed,
     Rollup,
     TriggerDef,
     health_marker,
-    is_unassigned,
     marker_reason,
     parse_record,
     spec_error,
 )
 from anyrtd.schedule import CronSchedule, EventSchedule, InvalidSchedule, OnceSchedule, preview
+from anyrtd.vocab import Marker, is_unassigned
 
 DAILY_DIGEST = {
     "id": "daily-digest",
@@ -174,17 +172,17 @@ def test_broken_records_are_malformed_with_a_reason(record: Any, reason: str) ->
 @pytest.mark.parametrize(
     ("kind", "spec", "marker"),
     [
-        ("cron", {"cron": "0 0 30 2 *"}, INVALID_SPEC),  # no next occurrence
-        ("cron", {"cron": "61 * * * *"}, INVALID_SPEC),
-        ("cron", {"cron": "0 8 * * *", "tz": "Nowhere/Land"}, INVALID_SPEC),
-        ("cron", {"every_s": 0}, INVALID_SPEC),
-        ("cron", {"every_s": -1}, INVALID_SPEC),
-        ("cron", {}, INVALID_SPEC),
-        ("once", {}, INVALID_SPEC),
-        ("once", {"at": "tomorrow"}, INVALID_SPEC),
-        ("event", {"dataset": "chat_messages"}, INVALID_SPEC),
-        ("event", {"objectId": "chat-1"}, INVALID_SPEC),
-        ("event", {"dataset": "notes", "objectId": "n-1"}, UNSUPPORTED_SOURCE),
+        ("cron", {"cron": "0 0 30 2 *"}, Marker.INVALID_SPEC),  # no next occurrence
+        ("cron", {"cron": "61 * * * *"}, Marker.INVALID_SPEC),
+        ("cron", {"cron": "0 8 * * *", "tz": "Nowhere/Land"}, Marker.INVALID_SPEC),
+        ("cron", {"every_s": 0}, Marker.INVALID_SPEC),
+        ("cron", {"every_s": -1}, Marker.INVALID_SPEC),
+        ("cron", {}, Marker.INVALID_SPEC),
+        ("once", {}, Marker.INVALID_SPEC),
+        ("once", {"at": "tomorrow"}, Marker.INVALID_SPEC),
+        ("event", {"dataset": "chat_messages"}, Marker.INVALID_SPEC),
+        ("event", {"objectId": "chat-1"}, Marker.INVALID_SPEC),
+        ("event", {"dataset": "notes", "objectId": "n-1"}, Marker.UNSUPPORTED_SOURCE),
         ("cron", {"cron": "0 8 * * *", "tz": "Europe/Berlin"}, None),
         ("cron", {"every_s": 300}, None),
         ("once", {"at": 0}, None),
@@ -202,14 +200,14 @@ def test_unusable_specs_get_a_health_marker(
 
 def test_a_missing_spec_is_a_marker_not_malformed() -> None:
     d = parsed({"id": "t", "kind": "once", "program": "agent:remind@v1"})
-    assert health_marker(d) == INVALID_SPEC
+    assert health_marker(d) == Marker.INVALID_SPEC
     assert marker_reason(d) == 'spec is missing; a once trigger needs one like {"at": 1787000000}'
 
 
 def test_a_marker_appears_and_clears_when_the_record_is_fixed() -> None:
     broken = parsed({**DAILY_DIGEST, "spec": {"cron": "0 0 30 2 *"}})
     fixed = parsed({**DAILY_DIGEST, "spec": {"cron": "0 0 28 2 *"}})
-    assert health_marker(broken) == INVALID_SPEC
+    assert health_marker(broken) == Marker.INVALID_SPEC
     assert health_marker(fixed) is None
     assert broken.fingerprint != fixed.fingerprint  # the fix is a refresh
 
@@ -224,7 +222,7 @@ def test_a_cron_past_its_last_year_is_marked_when_now_is_known() -> None:
     d = parsed({**DAILY_DIGEST, "spec": {"cron": "0 0 1 1 * 0 2027"}})
     assert health_marker(d) is None
     assert health_marker(d, now=1_700_000_000.0) is None
-    assert health_marker(d, now=1_900_000_000.0) == INVALID_SPEC
+    assert health_marker(d, now=1_900_000_000.0) == Marker.INVALID_SPEC
     assert (
         marker_reason(d, now=1_900_000_000.0)
         == 'cron "0 0 1 1 * 0 2027" has no occurrence after now'

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from support import AGENT_RUNS_FIELDS
 
-from anyrtd.mirror import RunRow
+from anyrtd.rows import RunRow
 from anyrtd.runs import rollup, run_record
 
 

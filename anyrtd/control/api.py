@@ -29,13 +29,14 @@ from anyrtd.control.views import (
     trigger_view,
 )
 from anyrtd.daemon import Daemon
-from anyrtd.mirror import RUNNING, Mirror
+from anyrtd.mirror import Mirror
 from anyrtd.model import TriggerDef, spec_error
+from anyrtd.vocab import RunStatus
 
 DAEMON = web.AppKey("daemon", Daemon)
 LIST_CACHE = web.AppKey("list_cache", ListCache)
 
-RUN_STATUSES = ("ok", "FAILED", "incomplete", "interrupted", RUNNING)
+RUN_STATUSES = tuple(RunStatus)
 TRIGGER_RUNS = 20
 DEFAULT_RUNS_LIMIT = 50
 MAX_RUNS_LIMIT = 1000
@@ -298,7 +299,7 @@ async def run_trigger(request: web.Request) -> web.Response:
     if run_id is None:
         raise BadRequest(f"trigger {trigger_id!r} could not be started", status=409, code="busy")
     return web.json_response(
-        {"runId": run_id, "triggerId": trigger_id, "status": RUNNING}, status=202
+        {"runId": run_id, "triggerId": trigger_id, "status": RunStatus.RUNNING}, status=202
     )
 
 

@@ -11,9 +11,9 @@ from anyrtd.client import Dataset, ServerClient, ServerError, ServerUnavailable
 from anyrtd.config import Config
 from anyrtd.control.address import AddressError
 from anyrtd.control.client import ControlClient, ControlError, ControlUnreachable
-from anyrtd.daemon import TRIGGER_TYPE_KEY
 from anyrtd.election import APP
 from anyrtd.model import Malformed, parse_record
+from anyrtd.places import TRIGGER_TYPE_KEY
 
 EARLIEST_PLAUSIBLE = 1_704_067_200.0  # 2024-01-01: a clock before this was never set
 CLOCK_SKEW_S = 5.0

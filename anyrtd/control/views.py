@@ -11,11 +11,12 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from anyrtd.metrics import Histogram, Stats
-from anyrtd.mirror import RunRow
-from anyrtd.model import Malformed, TriggerDef, is_unassigned, marker_reason
+from anyrtd.model import Malformed, TriggerDef, marker_reason
 from anyrtd.registry import Entry
+from anyrtd.rows import RunRow
 from anyrtd.runs import run_record
 from anyrtd.schedule import preview
+from anyrtd.vocab import is_unassigned
 
 NEXT_FIRES = 5
 

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from anyrtd.client import DevicesView, ServerClient, Upsert
-from anyrtd.daemon import BUNDLE, Places, resolve_places
-from anyrtd.model import Malformed, TriggerDef, is_unassigned, parse_record, spec_error
+from anyrtd.model import Malformed, TriggerDef, parse_record, spec_error
+from anyrtd.places import BUNDLE, Places, resolve_places
 from anyrtd.programs.chat import GENERAL_CHAT_SEED
+from anyrtd.vocab import is_unassigned
 
 ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 RUNTIME_FIELDS = (

@@ -1,0 +1,93 @@
+"""The rows the daemon keeps in its mirror: a registry entry's state, a run summary, an outbox
+item, and the batch of them that one step commits (plain data, no SQL)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from anyrtd.vocab import RunStatus
+
+
+@dataclass(slots=True)
+class EntryRow:
+    """The persisted state of one registry entry."""
+
+    trigger_id: str
+    fingerprint: str
+    kind: str
+    enabled: bool
+    armed_at: float
+    next_fire: float | None
+    consumed: bool = False
+    consecutive_failures: int = 0
+    run_count: int = 0
+    marker: str | None = None
+    claimed_at: float | None = None
+
+
+@dataclass(slots=True)
+class RunRow:
+    """A run summary as the mirror keeps it, with the captured output."""
+
+    run_id: str
+    trigger_id: str | None
+    program: str
+    device: str
+    scheduled_at: float | None
+    started_at: float
+    status: str = RunStatus.RUNNING
+    ended_at: float | None = None
+    duration_ms: int | None = None
+    error_type: str | None = None
+    error: str | None = None
+    result: Mapping[str, Any] = field(default_factory=dict)
+    output: str = ""
+    output_dropped: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxItem:
+    """One field-level write owed to the server."""
+
+    seq: int
+    dataset: str
+    record_id: str
+    fields: Mapping[str, Any]
+    unset: Sequence[str]
+    attempts: int
+
+
+@dataclass(slots=True)
+class Batch:
+    """Everything one step of the daemon writes, committed as one transaction."""
+
+    records: list[tuple[str, int | None, Mapping[str, Any]]] = field(default_factory=list)
+    forget_records: list[str] = field(default_factory=list)
+    entries: list[EntryRow] = field(default_factory=list)
+    evict: list[str] = field(default_factory=list)
+    tombstones: list[str] = field(default_factory=list)
+    runs: list[RunRow] = field(default_factory=list)
+    outbox: list[tuple[str, str, Mapping[str, Any], Sequence[str]]] = field(default_factory=list)
+    meta: dict[str, str] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return any(
+            (
+                self.records,
+                self.forget_records,
+                self.entries,
+                self.evict,
+                self.tombstones,
+                self.runs,
+                self.outbox,
+                self.meta,
+            )
+        )
+
+    def write(
+        self, dataset: str, record_id: str, fields: Mapping[str, Any], unset: Sequence[str] = ()
+    ) -> None:
+        """Queue a field-level write of a server record in the outbox."""
+        self.outbox.append((dataset, record_id, dict(fields), list(unset)))

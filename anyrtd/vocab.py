@@ -1,0 +1,116 @@
+"""The words of anyrtd, spelled once: kinds, run statuses, `lastStatus` values, markers,
+verdicts, trigger states, the rollup's field names and the `anyrt-<pid>` stamp.
+
+Every other module, the OpenAPI document, the CLI's choices and the views take them from
+here. `StrEnum` members are `str`s, so they compare equal to the plain words read from a
+record and serialise to them in JSON.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+
+
+class Kind(StrEnum):
+    """What fires a trigger (seeds, Trigger schema)."""
+
+    CRON = "cron"
+    ONCE = "once"
+    EVENT = "event"
+
+
+class RunStatus(StrEnum):
+    """A run's `status`: the seeds' four outcomes, and `running` while the mirror holds it open."""
+
+    OK = "ok"
+    FAILED = "FAILED"
+    INCOMPLETE = "incomplete"
+    INTERRUPTED = "interrupted"
+    RUNNING = "running"
+
+
+ENDED_STATUSES: tuple[RunStatus, ...] = (
+    RunStatus.OK,
+    RunStatus.FAILED,
+    RunStatus.INCOMPLETE,
+    RunStatus.INTERRUPTED,
+)
+"""The statuses a finished run can carry."""
+
+
+class Marker(StrEnum):
+    """A health marker: the record is adopted but can never fire, and `lastStatus` says why."""
+
+    INVALID_SPEC = "invalid_spec"
+    UNSUPPORTED_SOURCE = "unsupported_source"
+    NOT_INSTALLED = "not_installed"
+
+
+class LastStatus(StrEnum):
+    """A trigger's `lastStatus` besides the markers (seeds, Trigger schema)."""
+
+    OK = "ok"
+    ERROR = "error"
+    INTERRUPTED = "interrupted"
+    AUTO_DISABLED = "auto_disabled"
+
+
+class Verdict(StrEnum):
+    """What the election says this device is (seeds, Device pins)."""
+
+    ACTIVE = "active"
+    STANDBY = "standby"
+    PRUNED = "pruned"
+
+
+class TriggerState(StrEnum):
+    """One word for where a trigger stands on this device (the control API's `state`)."""
+
+    SCHEDULED = "scheduled"
+    LISTENING = "listening"
+    RUNNING = "running"
+    IDLE = "idle"
+    DISABLED = "disabled"
+    AUTO_DISABLED = "auto_disabled"
+    CONSUMED = "consumed"
+    CLAIMING = "claiming"
+    INVALID_SPEC = "invalid_spec"
+    UNSUPPORTED_SOURCE = "unsupported_source"
+    NOT_INSTALLED = "not_installed"
+    UNASSIGNED = "unassigned"
+    PINNED_HERE = "pinned_here"
+    PINNED_ELSEWHERE = "pinned_elsewhere"
+    MALFORMED = "malformed"
+
+
+class RollupField(StrEnum):
+    """The rollup's field names on a trigger record (seeds, Scheduling)."""
+
+    LAST_RUN_AT = "lastRunAt"
+    LAST_STATUS = "lastStatus"
+    LAST_DURATION_MS = "lastDurationMs"
+    LAST_FUEL = "lastFuel"
+    LAST_COST_USD = "lastCostUsd"
+    RUN_COUNT = "runCount"
+    CONSECUTIVE_FAILURES = "consecutiveFailures"
+    LAST_RUN_REF = "lastRunRef"
+
+
+STAMP_PREFIX = "anyrt-"
+_STAMP = re.compile(r"anyrt-[0-9]+", re.ASCII)
+
+
+def stamp(pid: int) -> str:
+    """Return the owner stamp of a process that has no peer id."""
+    return f"{STAMP_PREFIX}{pid}"
+
+
+def is_stamp(owner: str | None) -> bool:
+    """Return whether `owner` is an `anyrt-<pid>` stamp, which every reader treats as unassigned."""
+    return owner is not None and _STAMP.fullmatch(owner) is not None
+
+
+def is_unassigned(owner: str) -> bool:
+    """Return whether an `owner` value leaves the trigger to the active device to claim."""
+    return owner == "" or is_stamp(owner)
