@@ -27,11 +27,11 @@ from anyrtd.clock import Clock
 from anyrtd.events import CHAT_DATASET, ChatMessage, is_own, message_of
 from anyrtd.mirror import Mirror
 from anyrtd.model import TriggerDef
+from anyrtd.program import ProgramContext
 from anyrtd.programs.chat import AGENT_BUNDLE, GENERAL_CHAT_SEED
 from anyrtd.records import RecordCache
 from anyrtd.registry import Registry
 from anyrtd.rows import RunRow
-from anyrtd.runner import ProgramContext
 from anyrtd.vocab import is_unassigned
 
 log = logging.getLogger("anyrtd.chat")

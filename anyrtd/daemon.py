@@ -39,6 +39,7 @@ from anyrtd.mirror import AsyncMirror, Mirror
 from anyrtd.model import TriggerDef, health_marker
 from anyrtd.outbox import RUNS, TRIGGERS, drain
 from anyrtd.places import Places, resolve_places
+from anyrtd.program import RunOutcome, RunRequest
 from anyrtd.reconcile import (
     Adopt,
     Confirm,
@@ -55,7 +56,7 @@ from anyrtd.reconcile import (
 from anyrtd.records import RecordCache
 from anyrtd.registry import Entry, Registry, new_row
 from anyrtd.rows import Batch, RunRow
-from anyrtd.runner import Runner, RunOutcome, RunRequest
+from anyrtd.runner import Runner
 from anyrtd.runs import rollup, run_record
 from anyrtd.vocab import is_stamp, stamp
 

@@ -28,7 +28,7 @@ import os
 import signal
 import time
 import traceback
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -36,14 +36,13 @@ from anyrtd.client import ServerClient
 from anyrtd.clock import Clock
 from anyrtd.config import CommandProgram
 from anyrtd.notify import child_environ
+from anyrtd.program import ProgramContext, ProgramFn, RunOutcome, RunRequest, Status
 from anyrtd.programs import BUILTINS
 
 log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "anyrtd.programs"
 
-Status = Literal["ok", "FAILED", "incomplete", "interrupted"]
-ProgramFn = Callable[[Mapping[str, Any], "ProgramContext"], Awaitable[Mapping[str, Any] | None]]
 
 _PROGRAM_LOG = logging.getLogger("anyrtd.programs")
 # A stdout line longer than this cannot be the JSON result; keeps memory bounded.
@@ -55,48 +54,6 @@ _KILL_WAIT_S = 5.0
 # How long to wait for the output pipes to reach EOF once the program's process is gone.
 _DRAIN_WAIT_S = 2.0
 _POLL_S = 0.02
-
-
-@dataclass(frozen=True)
-class RunRequest:
-    """One run to execute: the program spec and its merged args (`args` plus `event`)."""
-
-    run_id: str
-    trigger_id: str | None
-    program: str
-    args: Mapping[str, Any]
-    scheduled_at: float | None
-    device: str
-
-
-@dataclass(frozen=True)
-class RunOutcome:
-    """How a run ended, what it reported, and what it printed."""
-
-    status: Status
-    error_type: str | None
-    error: str | None
-    started_at: float
-    ended_at: float
-    duration_ms: int
-    result: Mapping[str, Any] = field(default_factory=dict)
-    output: str = ""
-    output_dropped: int = 0
-
-
-@dataclass(frozen=True)
-class ProgramContext:
-    """What an in-process program's `main(args, ctx)` gets besides its args."""
-
-    run_id: str
-    trigger_id: str | None
-    scheduled_at: float | None
-    device: str
-    agent_name: str
-    space: str
-    log: logging.Logger
-    client: ServerClient
-    clock: Clock
 
 
 @dataclass(frozen=True)

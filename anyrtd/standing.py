@@ -22,7 +22,7 @@ from anyrtd.model import STANDING_BUILTINS, TriggerDef, parse_record
 from anyrtd.registry import Entry, new_row
 
 if TYPE_CHECKING:
-    from anyrtd.runner import ProgramContext, ProgramFn
+    from anyrtd.program import ProgramContext, ProgramFn
 
 log = logging.getLogger("anyrtd.standing")
 

@@ -35,7 +35,8 @@ from anyrtd.config import Config
 from anyrtd.control.server import ControlServer
 from anyrtd.daemon import Daemon
 from anyrtd.places import resolve_places
-from anyrtd.runner import ProgramContext, Runner
+from anyrtd.program import ProgramContext
+from anyrtd.runner import Runner
 from anyrtd.serve import settle_heap
 
 LINE = re.compile(r"^anyrtd devserver: device \d+ (\S+) (http://\S+)$")

@@ -26,7 +26,8 @@ from support import percentile, start_devserver
 from anyrtd.client import Dataset, ServerClient, Upsert
 from anyrtd.config import Config
 from anyrtd.daemon import Daemon
-from anyrtd.runner import ProgramContext, Runner
+from anyrtd.program import ProgramContext
+from anyrtd.runner import Runner
 
 
 class Probe:

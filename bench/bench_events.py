@@ -31,7 +31,8 @@ from anyrtd.client import Dataset, ServerClient, Upsert
 from anyrtd.clock import SystemClock
 from anyrtd.config import Config
 from anyrtd.daemon import Daemon
-from anyrtd.runner import ProgramContext, Runner
+from anyrtd.program import ProgramContext
+from anyrtd.runner import Runner
 
 
 def summary(ms: list[float]) -> dict[str, float]:

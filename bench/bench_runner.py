@@ -23,7 +23,8 @@ import httpx
 from anyrtd.client import ServerClient
 from anyrtd.clock import SystemClock
 from anyrtd.config import CommandProgram
-from anyrtd.runner import ProgramContext, Runner, RunOutcome, RunRequest
+from anyrtd.program import ProgramContext, RunOutcome, RunRequest
+from anyrtd.runner import Runner
 
 
 async def stuck(args: Mapping[str, Any], ctx: ProgramContext) -> None:

@@ -22,8 +22,9 @@ from anyrtd.clock import FakeClock
 from anyrtd.config import Config
 from anyrtd.daemon import Daemon
 from anyrtd.election import APP, AlwaysActive, Election, Gate
+from anyrtd.program import ProgramContext
 from anyrtd.programs.chat import AGENT_BUNDLE, GENERAL_CHAT_SEED
-from anyrtd.runner import ProgramContext, Runner
+from anyrtd.runner import Runner
 
 T0 = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC, a Friday
 

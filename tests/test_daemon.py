@@ -20,7 +20,8 @@ from anyrtd.client import Dataset, ServerClient, ServerError, ServerUnavailable,
 from anyrtd.clock import FakeClock
 from anyrtd.config import Config
 from anyrtd.daemon import Daemon
-from anyrtd.runner import ProgramContext, Runner
+from anyrtd.program import ProgramContext
+from anyrtd.runner import Runner
 
 T0 = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC, a Friday
 # The run budget runs on the fake clock, which the tests move by hours at a time.

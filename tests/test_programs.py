@@ -14,8 +14,9 @@ import pytest
 from anyrtd.client import ServerClient
 from anyrtd.clock import FakeClock, SystemClock
 from anyrtd.config import CommandProgram, load_config
+from anyrtd.program import RunRequest
 from anyrtd.programs.rollup import author_of, digest_text, first_line
-from anyrtd.runner import Runner, RunRequest
+from anyrtd.runner import Runner
 
 NOW = 1_800_000_000.0
 

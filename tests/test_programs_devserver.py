@@ -12,7 +12,8 @@ from anyrtd.client import Dataset, ServerClient, Upsert
 from anyrtd.clock import SystemClock
 from anyrtd.config import CommandProgram
 from anyrtd.devserver import DevServer
-from anyrtd.runner import Runner, RunRequest
+from anyrtd.program import RunRequest
+from anyrtd.runner import Runner
 
 SPACE = "bao"
 

@@ -18,7 +18,8 @@ from support import async_wait_until
 from anyrtd.client import ServerClient
 from anyrtd.clock import FakeClock, SystemClock
 from anyrtd.config import CommandProgram
-from anyrtd.runner import ProgramContext, ProgramFn, Runner, RunOutcome, RunRequest
+from anyrtd.program import ProgramContext, ProgramFn, RunOutcome, RunRequest
+from anyrtd.runner import Runner
 
 PY = sys.executable
 

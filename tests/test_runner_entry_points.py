@@ -13,7 +13,8 @@ import pytest
 from anyrtd.client import ServerClient
 from anyrtd.clock import SystemClock
 from anyrtd.config import CommandProgram
-from anyrtd.runner import Runner, RunRequest
+from anyrtd.program import RunRequest
+from anyrtd.runner import Runner
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from anyrtd.programs import remind, rollup
 from anyrtd.programs.chat import InvalidArgs
 
 if TYPE_CHECKING:
-    from anyrtd.runner import ProgramFn
+    from anyrtd.program import ProgramFn
 
 BUILTINS: Mapping[str, ProgramFn] = MappingProxyType(
     {

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from anyrtd.client import Dataset, Upsert
 
 if TYPE_CHECKING:
-    from anyrtd.runner import ProgramContext
+    from anyrtd.program import ProgramContext
 
 AGENT_BUNDLE = "bao/v1"
 GENERAL_CHAT_SEED = "bao/chat/general"

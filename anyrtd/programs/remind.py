@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from anyrtd.programs.chat import chat_messages, post_message, text_arg
 
 if TYPE_CHECKING:
-    from anyrtd.runner import ProgramContext
+    from anyrtd.program import ProgramContext
 
 SPEC = "agent:remind@v1"
 

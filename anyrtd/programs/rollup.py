@@ -11,7 +11,7 @@ from anyrtd.programs.chat import InvalidArgs, chat_messages, post_message
 
 if TYPE_CHECKING:
     from anyrtd.client import Record
-    from anyrtd.runner import ProgramContext
+    from anyrtd.program import ProgramContext
 
 SPEC = "agent:rollup@v1"
 DIGEST_PREFIX = "digest-"
