@@ -18,6 +18,8 @@ from typing import Any
 
 import httpx
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient
 from conftest import DevserverProcess
 from control_support import LISTENING, ServeProcess
 from selenium import webdriver
@@ -31,6 +33,8 @@ from selenium.webdriver.support.ui import WebDriverWait
 from support import wait_until
 
 from anyrtd.client import ServerClient, Upsert
+from anyrtd.control.guard import GUARD, Guard, errors_middleware, guard_middleware
+from anyrtd.control.page import add_routes
 from anyrtd.places import resolve_places
 from anyrtd.vocab import RunStatus, TriggerState
 
@@ -365,3 +369,51 @@ def test_a_token_is_asked_once_and_sent_with_every_call(
         assert record(devserver.url, "guarded")["enabled"] is False
     finally:
         proc.stop()
+
+
+# --------------------------------------------------------------------------- the guard's part
+
+
+async def _data(request: web.Request) -> web.Response:
+    return web.json_response({"secret": 42})
+
+
+@pytest.fixture
+async def guarded(aiohttp_client: Any) -> TestClient[web.Request, web.Application]:
+    """The page's routes and one data route behind a token, on a non-loopback listener."""
+    app = web.Application(middlewares=[errors_middleware, guard_middleware])
+    app[GUARD] = Guard(token="t0ken", extra_hosts=frozenset({"192.0.2.7"}))
+    add_routes(app)
+    app.router.add_get("/data", _data)
+    app.router.add_post("/data", _data)
+    client: TestClient[web.Request, web.Application] = await aiohttp_client(app)
+    return client
+
+
+async def test_the_page_shell_needs_no_token_but_the_data_does(
+    guarded: TestClient[web.Request, web.Application],
+) -> None:
+    for path, kind in (("/", "text/html"), ("/static/app.js", "text/javascript")):
+        resp = await guarded.get(path)
+        assert resp.status == 200 and resp.content_type == kind
+        assert resp.headers["X-Frame-Options"] == "DENY"
+    assert (await guarded.head("/")).status == 200
+    assert (await guarded.get("/data")).status == 401
+    auth = {"Authorization": "Bearer t0ken"}
+    assert (await guarded.get("/data", headers=auth)).status == 200
+    # The exemption is the page's GET only: a foreign Host is still refused.
+    resp = await guarded.get("/", headers={"Host": "rebind.example"})
+    assert resp.status == 403
+    assert (await resp.json())["error"]["code"] == "forbidden_host"
+
+
+async def test_a_page_served_on_the_listeners_own_address_may_write(
+    guarded: TestClient[web.Request, web.Application],
+) -> None:
+    own = {"Host": "192.0.2.7:7010", "Authorization": "Bearer t0ken"}
+    same = {**own, "Origin": "http://192.0.2.7:7010", "Content-Type": "application/json"}
+    assert (await guarded.post("/data", headers=same)).status == 200
+    foreign = {**same, "Origin": "http://evil.example"}
+    resp = await guarded.post("/data", headers=foreign)
+    assert resp.status == 403
+    assert (await resp.json())["error"]["code"] == "cross_origin"
