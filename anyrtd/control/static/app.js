@@ -315,7 +315,10 @@
 
   function renderHealth(d) {
     const h = d.health || {};
-    const markers = d.triggers.filter((t) => t.adopted && t.marker).length;
+    const marked = d.triggers.filter((t) => t.adopted && t.marker);
+    const markers = marked.length;
+    const byMarker = MARKERS.map((m) => [m, marked.filter((t) => t.marker === m).length]);
+    const markerNote = byMarker.filter(([, n]) => n).map(([m, n]) => `${n} ${m}`).join(", ");
     const auto = d.triggers.filter((t) => t.state === "auto_disabled").length;
     const malformed = d.triggers.filter((t) => t.state === "malformed").length;
     const tick = h.lastTickAgeS === null || h.lastTickAgeS === undefined ? "no tick yet" : `last tick ${h.lastTickAgeS.toFixed(1)} s ago`;
@@ -324,7 +327,7 @@
       card("daemon", h.status || "?", h.status === "ok" ? "good" : h.status === "starting" ? "warn" : "bad", `${tick} · ${h.version ? "v" + h.version : ""}`, "h-daemon"),
       card("server", server, h.serverResolved && !h.lastError ? "good" : h.serverResolved ? "warn" : "bad", h.lastError ? `last error: ${h.lastError}` : "datasets resolved", "h-server"),
       card("outbox", d.outboxDepth ?? "?", d.outboxDepth ? "warn" : "good", "writes waiting for the server", "h-outbox"),
-      card("markers", markers, markers ? "bad" : "good", MARKERS.join(", "), "h-markers"),
+      card("markers", markers, markers ? "bad" : "good", markerNote || "every held trigger can fire", "h-markers"),
       card("auto-disabled", auto, auto ? "bad" : "good", "breaker tripped: enable to reset", "h-auto"),
       card("election", electionVerdict(d.election), d.election && d.election.verdict === "active" ? "good" : "warn", electionNote(d.election), "h-election"),
     ];
@@ -374,7 +377,8 @@
     if (row.key[name] === key) return;
     row.key[name] = key;
     const content = build();
-    row.cells[name].replaceChildren(...(Array.isArray(content) ? content : [content]));
+    const nodes = Array.isArray(content) ? content : [content];
+    row.cells[name].replaceChildren(...nodes.filter((node) => node !== null && node !== undefined));
   }
 
   function renderTriggers(d) {
@@ -513,8 +517,9 @@
     }
     const rows = [...devices].map(([peer, count]) => {
       const role = [];
-      if (peer === e.peerId) role.push(badge("this device", "here"), ` ${e.verdict}`);
-      if (peer === (e.enabled ? e.winner : e.peerId)) role.push(" ", badge("active", "active"));
+      if (peer === e.peerId) role.push(badge("this device", "here"), " ");
+      if (peer === (e.enabled ? e.winner : e.peerId)) role.push(badge("active", "active"));
+      else if (peer === e.peerId) role.push(badge(e.verdict));
       return el("tr", { "data-peer": peer }, el("td", {}, el("code", {}, peer)), el("td", {}, ...role), el("td", {}, String(count)));
     });
     $("devices").tBodies[0].replaceChildren(...rows);
