@@ -34,9 +34,9 @@ from support import wait_until
 
 from anyrtd.client import ServerClient, Upsert
 from anyrtd.control.guard import GUARD, Guard, errors_middleware, guard_middleware
-from anyrtd.control.page import add_routes
+from anyrtd.control.page import STATIC, add_routes
 from anyrtd.places import resolve_places
-from anyrtd.vocab import RunStatus, TriggerState
+from anyrtd.vocab import STAMP_PREFIX, LastStatus, Marker, RunStatus, TriggerState
 
 PY = sys.executable
 ECHO = (
@@ -405,6 +405,23 @@ async def test_the_page_shell_needs_no_token_but_the_data_does(
     resp = await guarded.get("/", headers={"Host": "rebind.example"})
     assert resp.status == 403
     assert (await resp.json())["error"]["code"] == "forbidden_host"
+
+
+async def test_the_page_takes_its_words_from_the_vocabulary(
+    guarded: TestClient[web.Request, web.Application],
+) -> None:
+    resp = await guarded.get("/static/vocab.json")
+    assert resp.status == 200
+    words = await resp.json()
+    assert words["RunStatus"] == {m.name: m.value for m in RunStatus}
+    assert words["TriggerState"] == {m.name: m.value for m in TriggerState}
+    assert words["stampPrefix"] == STAMP_PREFIX
+    # The stylesheet colours every word the page can show as a badge or a run bar.
+    css = STATIC.joinpath("app.css").read_text()
+    for word in {*TriggerState, *LastStatus, *RunStatus, *Marker}:
+        assert f".s-{word}" in css, f"app.css has no badge colour for {word}"
+    for status in RunStatus:
+        assert f"svg.timeline .run-{status}" in css and f"i.run-{status}" in css
 
 
 async def test_a_page_served_on_the_listeners_own_address_may_write(

@@ -9,12 +9,14 @@ another site cannot trick a click on its buttons) and loading anything from else
 
 from __future__ import annotations
 
+import json
 from importlib import resources
 from typing import Any
 
 from aiohttp import web
 
 from anyrtd.control.guard import public
+from anyrtd.vocab import STAMP_PREFIX, LastStatus, Marker, RunStatus, TriggerState, Verdict
 
 STATIC = resources.files("anyrtd.control").joinpath("static")
 SHELL = "index.html"
@@ -38,6 +40,17 @@ def _read(name: str) -> bytes:
     return STATIC.joinpath(name).read_bytes()
 
 
+def vocabulary() -> dict[str, Any]:
+    """Return anyrtd's words as the page's script reads them: each enum by member name."""
+    enums = (RunStatus, Marker, LastStatus, Verdict, TriggerState)
+    words: dict[str, Any] = {e.__name__: {m.name: m.value for m in e} for e in enums}
+    words["stampPrefix"] = STAMP_PREFIX
+    return words
+
+
+VOCAB_JSON = json.dumps(vocabulary(), separators=(",", ":")).encode()
+
+
 def _file_response(name: str, content_type: str) -> web.Response:
     return web.Response(
         body=_read(name), content_type=content_type, charset="utf-8", headers=HEADERS
@@ -52,8 +65,10 @@ async def status_page(request: web.Request) -> web.Response:
 
 @public
 async def status_asset(request: web.Request) -> web.Response:
-    """GET /static/:name: the status page's script and stylesheet."""
+    """GET /static/:name: the status page's script, stylesheet and words (`vocab.json`)."""
     name = request.match_info["name"]
+    if name == "vocab.json":
+        return web.Response(body=VOCAB_JSON, content_type="application/json", headers=HEADERS)
     content_type = ASSETS.get(name)
     if content_type is None:
         raise web.HTTPNotFound(text=f"no file {name!r} here: the status page is at /")
@@ -81,16 +96,18 @@ OPENAPI_PATHS: dict[str, Any] = {
     },
     "/static/{name}": {
         "get": {
-            "summary": "The status page's script and stylesheet.",
+            "summary": "The status page's script, stylesheet and vocabulary.",
             "parameters": [
                 {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
             ],
             "responses": {
                 "200": {
-                    "description": "app.js or app.css.",
+                    "description": "app.js, app.css, or vocab.json (anyrtd's words: run "
+                    "statuses, markers, states, verdicts).",
                     "content": {
                         "text/javascript": {"schema": {"type": "string"}},
                         "text/css": {"schema": {"type": "string"}},
+                        "application/json": {"schema": {"type": "object"}},
                     },
                 },
                 "404": {

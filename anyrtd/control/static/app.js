@@ -3,13 +3,16 @@
 // existing POST routes (enable, disable, run), sent same-origin with a JSON content type.
 "use strict";
 
-(() => {
+(async () => {
+  // anyrtd's words (run statuses, markers, states, verdicts), from anyrtd/vocab.py.
+  const W = await (await fetch("/static/vocab.json", { cache: "no-store" })).json();
   const POLL_MS = 2000;
   const TOKEN_KEY = "anyrtd.token";
   const RUNS_LIMIT = 500;
   const ROW_RUNS = 60;
-  const STATUSES = ["ok", "FAILED", "incomplete", "interrupted", "running"];
-  const MARKERS = ["invalid_spec", "unsupported_source", "not_installed"];
+  const STATUSES = Object.values(W.RunStatus);
+  const MARKERS = Object.values(W.Marker);
+  const STATE = W.TriggerState;
   const SPANS = [300, 900, 3600, 21600, 86400, 604800, 2592000];
   const SVG_NS = "http://www.w3.org/2000/svg";
   const zone = Intl.DateTimeFormat().resolvedOptions().timeZone || "local time";
@@ -218,6 +221,10 @@
     return t.kind || "?";
   }
 
+  function isStamp(owner) {
+    return owner.startsWith(W.stampPrefix) && /^\d+$/.test(owner.slice(W.stampPrefix.length));
+  }
+
   function shortPeer(peer) {
     if (!peer) return "unassigned";
     return peer.length > 16 ? `${peer.slice(0, 8)}…${peer.slice(-6)}` : peer;
@@ -319,8 +326,8 @@
     const markers = marked.length;
     const byMarker = MARKERS.map((m) => [m, marked.filter((t) => t.marker === m).length]);
     const markerNote = byMarker.filter(([, n]) => n).map(([m, n]) => `${n} ${m}`).join(", ");
-    const auto = d.triggers.filter((t) => t.state === "auto_disabled").length;
-    const malformed = d.triggers.filter((t) => t.state === "malformed").length;
+    const auto = d.triggers.filter((t) => t.state === STATE.AUTO_DISABLED).length;
+    const malformed = d.triggers.filter((t) => t.state === STATE.MALFORMED).length;
     const tick = h.lastTickAgeS === null || h.lastTickAgeS === undefined ? "no tick yet" : `last tick ${h.lastTickAgeS.toFixed(1)} s ago`;
     const server = h.serverResolved ? "reachable" : "not yet";
     const cards = [
@@ -329,7 +336,7 @@
       card("outbox", d.outboxDepth ?? "?", d.outboxDepth ? "warn" : "good", "writes waiting for the server", "h-outbox"),
       card("markers", markers, markers ? "bad" : "good", markerNote || "every held trigger can fire", "h-markers"),
       card("auto-disabled", auto, auto ? "bad" : "good", "breaker tripped: enable to reset", "h-auto"),
-      card("election", electionVerdict(d.election), d.election && d.election.verdict === "active" ? "good" : "warn", electionNote(d.election), "h-election"),
+      card("election", electionVerdict(d.election), d.election && d.election.verdict === W.Verdict.ACTIVE ? "good" : "warn", electionNote(d.election), "h-election"),
     ];
     if (malformed) cards.push(card("malformed", malformed, "bad", "records the daemon skips", "h-malformed"));
     $("health").replaceChildren(...cards);
@@ -422,7 +429,7 @@
       fill(row, "owner", `${t.owner}|${me}|${winner}`, () => {
         const parts = [el("span", { title: t.owner || "unassigned" }, shortPeer(t.owner))];
         if (t.owner && t.owner === me) parts.push(" ", badge("this device", "here"));
-        if (t.owner && t.owner === winner && d.election.enabled) parts.push(" ", badge("active", "active"));
+        if (t.owner && t.owner === winner && d.election.enabled) parts.push(" ", badge(W.Verdict.ACTIVE, "active"));
         return parts;
       });
       const runs = byTrigger.get(t.id) || [];
@@ -489,7 +496,7 @@
           el("td", {}, r.scheduledAt === null ? "manual" : when(r.scheduledAt)),
           el("td", {}, when(r.startedAt)),
           el("td", {}, late === null ? "—" : `${late.toFixed(3)} s`),
-          el("td", {}, r.status === "running" ? "running" : duration(r.durationMs)),
+          el("td", {}, r.status === W.RunStatus.RUNNING ? r.status : duration(r.durationMs)),
           el("td", {}, badge(r.status)),
           el("td", { class: "error" }, r.error || ""));
       })));
@@ -510,7 +517,7 @@
     add(e.peerId);
     if (e.enabled) add(e.winner);
     for (const t of d.triggers) {
-      if (t.owner && !/^anyrt-\d+$/.test(t.owner)) {
+      if (t.owner && !isStamp(t.owner)) {
         add(t.owner);
         devices.set(t.owner, devices.get(t.owner) + 1);
       }
@@ -518,7 +525,7 @@
     const rows = [...devices].map(([peer, count]) => {
       const role = [];
       if (peer === e.peerId) role.push(badge("this device", "here"), " ");
-      if (peer === (e.enabled ? e.winner : e.peerId)) role.push(badge("active", "active"));
+      if (peer === (e.enabled ? e.winner : e.peerId)) role.push(badge(W.Verdict.ACTIVE, "active"));
       else if (peer === e.peerId) role.push(badge(e.verdict));
       return el("tr", { "data-peer": peer }, el("td", {}, el("code", {}, peer)), el("td", {}, ...role), el("td", {}, String(count)));
     });
