@@ -3,9 +3,25 @@
 // existing POST routes (enable, disable, run), sent same-origin with a JSON content type.
 "use strict";
 
+// Fetch anyrtd's words; until the daemon answers, say so and try again.
+async function loadWords() {
+  for (;;) {
+    try {
+      const resp = await fetch("/static/vocab.json", { cache: "no-store" });
+      if (resp.ok) return await resp.json();
+    } catch (err) {
+      // not reachable yet: fall through to the banner and the retry
+    }
+    const banner = document.getElementById("banner");
+    banner.textContent = "The control API is not answering; trying again every 2 s.";
+    banner.hidden = false;
+    await new Promise((resolve) => setTimeout(resolve, 2000));
+  }
+}
+
 (async () => {
   // anyrtd's words (run statuses, markers, states, verdicts), from anyrtd/vocab.py.
-  const W = await (await fetch("/static/vocab.json", { cache: "no-store" })).json();
+  const W = await loadWords();
   const POLL_MS = 2000;
   const TOKEN_KEY = "anyrtd.token";
   const RUNS_LIMIT = 500;
@@ -26,6 +42,7 @@
     timer: null,
     inFlight: false,
     failingSince: null,
+    noticeUntil: 0, // an action's error stays up this long (ms since the epoch)
   };
 
   class NeedToken extends Error {}
@@ -78,7 +95,7 @@
       };
       if (view.selected) await pollDetail(view.selected);
       view.failingSince = null;
-      hideBanner();
+      if (Date.now() > view.noticeUntil) hideBanner();
       render();
     } catch (err) {
       if (err instanceof NeedToken) {
@@ -115,10 +132,14 @@
     try {
       const answer = await call(`/triggers/${encodeURIComponent(id)}/${action}`, "POST");
       if (answer.status >= 300) throw failure(answer, `${action} ${id}`);
+      view.noticeUntil = 0;
       hideBanner();
     } catch (err) {
       if (err instanceof NeedToken) askToken();
-      else showBanner(err.message);
+      else {
+        view.noticeUntil = Date.now() + 10000;
+        showBanner(err.message);
+      }
     } finally {
       button.disabled = false;
     }
