@@ -9,6 +9,7 @@ another site cannot trick a click on its buttons) and loading anything from else
 
 from __future__ import annotations
 
+import functools
 import json
 from importlib import resources
 from typing import Any
@@ -36,7 +37,9 @@ HEADERS = {
 }
 
 
+@functools.cache
 def _read(name: str) -> bytes:
+    """Return a file of the page, read once: the installed files do not change."""
     return STATIC.joinpath(name).read_bytes()
 
 
