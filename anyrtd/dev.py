@@ -77,6 +77,7 @@ anyrtd dev is running
   any server (devserver)  {server_url}   (data: {state_dir / "devserver.sqlite3"})
   control API             {address}
   this device             {peer or "(resolving)"}
+  status page             {address.url + "/" if isinstance(address, TcpAddress) else "(TCP only)"}
   sample trigger          {SAMPLE_ID}: a reminder in the general chat every minute
 
 Try, in another terminal:

@@ -20,6 +20,7 @@ from anyrtd import __version__
 from anyrtd.client import ServerError, ServerUnavailable
 from anyrtd.control.guard import GUARD, Guard, error_response, errors_middleware, guard_middleware
 from anyrtd.control.openapi import openapi_document
+from anyrtd.control.page import add_routes as add_page_routes
 from anyrtd.control.views import (
     ListCache,
     metrics_text,
@@ -74,6 +75,7 @@ def make_app(daemon: Daemon, guard: Guard | None = None) -> web.Application:
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/openapi.json", openapi)
+    add_page_routes(app)
     return app
 
 

@@ -35,6 +35,20 @@ class Guard:
 
 
 GUARD = web.AppKey("guard", Guard)
+PUBLIC_MARK = "anyrtd_public"
+
+
+def public(handler: Handler) -> Handler:
+    """Mark a GET handler whose answer is the same for everyone and holds no data: no token."""
+    setattr(handler, PUBLIC_MARK, True)
+    return handler
+
+
+def _is_public(request: web.Request) -> bool:
+    return (
+        request.method in ("GET", "HEAD")
+        and getattr(request.match_info.handler, PUBLIC_MARK, False) is True
+    )
 
 
 def error_response(status: int, code: str, message: str) -> web.Response:
@@ -42,13 +56,16 @@ def error_response(status: int, code: str, message: str) -> web.Response:
     return web.json_response({"error": {"code": code, "message": message}}, status=status)
 
 
-def _origin_is_loopback(origin: str) -> bool:
+def _origin_is_local(origin: str, extra_hosts: frozenset[str]) -> bool:
+    """Return whether `origin` is this machine: a loopback name or the listener's own address."""
     try:
         parts = urlsplit(origin)
         host = parts.hostname
     except ValueError:
         return False
-    return parts.scheme in ("http", "https") and host is not None and is_loopback_host(host)
+    if parts.scheme not in ("http", "https") or host is None:
+        return False
+    return is_loopback_host(host) or host.lower() in extra_hosts
 
 
 def _is_json(content_type: str) -> bool:
@@ -69,7 +86,7 @@ def refusal(request: web.Request, guard: Guard) -> web.Response | None:
                 f"Host {raw_host!r} is not a loopback name: the control API answers only "
                 "requests addressed to localhost, 127.0.0.1 or [::1]",
             )
-        if guard.token is not None:
+        if guard.token is not None and not _is_public(request):
             sent = request.headers.get("Authorization", "")
             scheme, _, value = sent.partition(" ")
             if scheme.lower() != "bearer" or not hmac.compare_digest(
@@ -86,7 +103,7 @@ def refusal(request: web.Request, guard: Guard) -> web.Response | None:
     if request.method not in MUTATING:
         return None
     origin = request.headers.get("Origin")
-    if origin is not None and not _origin_is_loopback(origin):
+    if origin is not None and not _origin_is_local(origin, guard.extra_hosts):
         return error_response(
             403,
             "cross_origin",

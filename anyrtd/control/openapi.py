@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from anyrtd.control.page import OPENAPI_PATHS
+
 _NUM_OR_NULL: dict[str, Any] = {"type": ["number", "null"]}
 _STR_OR_NULL: dict[str, Any] = {"type": ["string", "null"]}
 
@@ -336,6 +338,7 @@ def _paths() -> dict[str, Any]:
                 "responses": {"200": _json({"type": "object"}, "OpenAPI 3.1.")},
             }
         },
+        **OPENAPI_PATHS,
     }
 
 
