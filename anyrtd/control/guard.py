@@ -178,7 +178,9 @@ async def body_refusal(request: web.Request) -> web.Response | None:
 @web.middleware
 async def guard_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Refuse what the guard refuses before any handler runs."""
-    refused = refusal(request, request.app[GUARD]) or await body_refusal(request)
+    refused = refusal(request, request.app[GUARD])
+    if refused is None:  # only then read a body: not for a request already refused
+        refused = await body_refusal(request)
     if refused is not None:
         return refused
     return await handler(request)
@@ -189,7 +191,7 @@ class _MalformedRequestFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        if isinstance(exc, HttpProcessingError):
+        if isinstance(exc, HttpProcessingError) and record.levelno >= logging.ERROR:
             record.levelno, record.levelname = logging.WARNING, "WARNING"
             remote = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
             record.msg = "control API: refused a malformed request from %s: %s %s"
