@@ -60,6 +60,25 @@ def _poll(check: Callable[[], bool], timeout: float, interval: float = 0.1) -> b
     return True
 
 
+def _children(parent: int) -> list[int]:
+    """Return the pids of `parent`'s children (from /proc; any kernel config will do)."""
+    try:  # needs CONFIG_PROC_CHILDREN, which most kernels have
+        return [int(c) for c in Path(f"/proc/{parent}/task/{parent}/children").read_text().split()]
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return []
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if int(fields[1]) == parent:
+            found.append(int(stat.parent.name))
+    return found
+
+
 class SystemdSandbox:
     """One sandboxed systemd: `start()`, `run(argv)` inside it, `stop()`."""
 
@@ -182,11 +201,7 @@ class SystemdSandbox:
         def child() -> bool:
             if self._unshare is not None and self._unshare.poll() is not None:
                 return True  # unshare exited: no child will come
-            try:
-                children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
-            except OSError:
-                return False
-            found.extend(int(c) for c in children[:1])
+            found.extend(_children(parent)[:1])
             return bool(found)
 
         _poll(child, timeout=timeout, interval=0.02)
