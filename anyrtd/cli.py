@@ -128,7 +128,12 @@ def _db_options(fn: F) -> F:
 def db_upgrade(config: Config) -> None:
     """Bring the mirror's schema to the revision this anyrtd needs."""
     from anyrtd.mirror import Mirror
+    from anyrtd.statedir import StateDirError, hold_state_dir
 
+    try:
+        hold_state_dir(config.state_dir)  # not under a running daemon
+    except StateDirError as exc:
+        raise click.ClickException(str(exc)) from None
     mirror = Mirror(config.mirror_path)
     try:
         before, head = mirror.revisions()

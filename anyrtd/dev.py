@@ -23,6 +23,7 @@ from anyrtd.control.server import ControlServer
 from anyrtd.control.writes import Records, WriteError
 from anyrtd.devserver import DevServerError, start_devserver
 from anyrtd.serve import StartError, start_daemon
+from anyrtd.statedir import StateDirError, hold_state_dir
 
 log = logging.getLogger("anyrtd.dev")
 
@@ -120,6 +121,10 @@ async def _watch_chat(client: ServerClient, space: str) -> None:
 
 async def run_dev(config: Config, *, port: int, sample: bool, stop: asyncio.Event) -> None:
     """Run the devserver, the daemon and the control API until `stop` is set."""
+    try:
+        hold_state_dir(config.state_dir)  # before anything is opened: one daemon per mirror
+    except StateDirError as exc:
+        raise DevError(str(exc)) from None
     config.state_dir.mkdir(parents=True, exist_ok=True)
     db = config.state_dir / "devserver.sqlite3"
     try:

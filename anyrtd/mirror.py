@@ -29,6 +29,7 @@ from sqlalchemy import (
     Connection,
     Engine,
     Float,
+    Index,
     Integer,
     MetaData,
     Table,
@@ -36,9 +37,11 @@ from sqlalchemy import (
     create_engine,
     delete,
     event,
+    false,
     func,
     insert,
     select,
+    text,
     update,
 )
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -50,6 +53,11 @@ from anyrtd.vocab import RunStatus
 T = TypeVar("T")
 
 metadata = MetaData()
+"""The mirror's tables as the migrations leave them at head (tests/test_mirror_schema.py checks).
+
+The views (`scheduled_next`, `recent_runs`) are made by the migration alone: they are for
+people reading the file with `sqlite3`, and no code here reads them.
+"""
 
 meta_table = Table(
     "meta", metadata, Column("key", Text, primary_key=True), Column("value", Text, nullable=False)
@@ -71,11 +79,12 @@ entries_table = Table(
     Column("enabled", Boolean, nullable=False),
     Column("armed_at", Float, nullable=False),
     Column("next_fire", Float),
-    Column("consumed", Boolean, nullable=False),
-    Column("consecutive_failures", Integer, nullable=False),
-    Column("run_count", Integer, nullable=False),
+    Column("consumed", Boolean, nullable=False, server_default=false()),
+    Column("consecutive_failures", Integer, nullable=False, server_default="0"),
+    Column("run_count", Integer, nullable=False, server_default="0"),
     Column("marker", Text),
     Column("claimed_at", Float),
+    Index("entries_next_fire", "next_fire"),
 )
 runs_table = Table(
     "runs",
@@ -91,9 +100,12 @@ runs_table = Table(
     Column("status", Text, nullable=False),
     Column("error_type", Text),
     Column("error", Text),
-    Column("result", Text, nullable=False),
-    Column("output", Text, nullable=False),
-    Column("output_dropped", Integer, nullable=False),
+    Column("result", Text, nullable=False, server_default="{}"),
+    Column("output", Text, nullable=False, server_default=text("''")),
+    Column("output_dropped", Integer, nullable=False, server_default="0"),
+    Index("runs_trigger_started", "trigger_id", "started_at"),
+    Index("runs_status", "status"),
+    Index("runs_started", "started_at"),
 )
 outbox_table = Table(
     "outbox",
@@ -102,9 +114,9 @@ outbox_table = Table(
     Column("dataset", Text, nullable=False),
     Column("record_id", Text, nullable=False),
     Column("fields", Text, nullable=False),
-    Column("unset", Text, nullable=False),
+    Column("unset", Text, nullable=False, server_default="[]"),
     Column("created_at", Float, nullable=False),
-    Column("attempts", Integer, nullable=False),
+    Column("attempts", Integer, nullable=False, server_default="0"),
     Column("last_error", Text),
 )
 tombstones_table = Table(

@@ -16,6 +16,7 @@ from anyrtd.daemon import Daemon
 from anyrtd.election import Election
 from anyrtd.mirror import SchemaNotAtHead
 from anyrtd.notify import Notifier, run_watchdog
+from anyrtd.statedir import StateDirError, hold_state_dir
 
 log = logging.getLogger("anyrtd.serve")
 
@@ -94,6 +95,10 @@ async def serve(
     notifier: Notifier | None = None,
 ) -> None:
     """Run the daemon until SIGTERM or SIGINT; reload the config on SIGHUP."""
+    try:
+        hold_state_dir(config.state_dir)  # before anything is opened: one daemon per mirror
+    except StateDirError as exc:
+        raise StartError(str(exc)) from None
     notifier = notifier or Notifier()
     daemon, control = await start_daemon(config)
     stop = asyncio.Event()

@@ -1,4 +1,4 @@
-"""anyrtd under a real systemd: the packaged unit, booted by ../shared/tools/systemd-sandbox.
+"""anyrtd under a real systemd: the packaged unit, in the sandbox of tests/systemd_sandbox.py.
 
 The sandbox boots systemd as PID 1 of a fresh PID namespace over this machine's own files
 and network, so the test installs the packaged unit in /etc/systemd/system (verbatim, plus a
@@ -27,6 +27,7 @@ import httpx
 import pytest
 from conftest import DevserverProcess
 from support import put_triggers, server_runs, wait_until
+from systemd_sandbox import SYSTEMD, SandboxError, SystemdSandbox
 
 pytestmark = pytest.mark.systemd
 
@@ -43,12 +44,6 @@ CONFIG_DIR = Path("/etc/anyrtd")  # ConfigurationDirectory=anyrtd creates it
 SANDBOX_STATE = Path("/run/anyrtd-test-systemd-sandbox.pid")
 SYSTEM_PYTHON = "/usr/bin/python3"
 FAR_CRON = {"kind": "cron", "spec": {"cron": "0 0 1 1 *"}}  # never due while a test runs
-
-
-def sandbox_script() -> Path:
-    """Return the systemd-sandbox tool: $ANYRTD_SYSTEMD_SANDBOX or ../shared/tools/."""
-    explicit = os.environ.get("ANYRTD_SYSTEMD_SANDBOX")
-    return Path(explicit) if explicit else REPO.parent / "shared" / "tools" / "systemd-sandbox"
 
 
 def apt_install(*packages: str) -> None:
@@ -68,24 +63,12 @@ def apt_install(*packages: str) -> None:
 class Systemd:
     """The sandboxed systemd: run commands inside it and read what it says."""
 
-    def __init__(self, script: Path, env: dict[str, str], log: Path) -> None:
-        self.script = script
-        self.env = env
-        self.log = log
-
-    def tool(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            ["bash", str(self.script), *args],
-            capture_output=True,
-            text=True,
-            env=self.env,
-            stdin=subprocess.DEVNULL,
-            timeout=timeout,
-        )
+    def __init__(self, sandbox: SystemdSandbox) -> None:
+        self.sandbox = sandbox
 
     def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run `argv` inside the sandbox; with `check`, fail the test on a non-zero exit."""
-        done = self.tool("exec", *argv)
+        done = self.sandbox.run(*argv)
         if check and done.returncode != 0:
             pytest.fail(f"`{' '.join(argv)}` exited {done.returncode}:\n{done.stdout}{done.stderr}")
         return done
@@ -97,9 +80,7 @@ class Systemd:
     @property
     def root(self) -> Path:
         """Return the sandbox's file system root as seen from here (its /run is its own)."""
-        done = self.tool("status")
-        assert done.returncode == 0, f"the sandbox is gone:\n{self.log.read_text()}"
-        return Path(f"/proc/{done.stdout.strip()}/root")
+        return self.sandbox.root
 
 
 @pytest.fixture(scope="module")
@@ -127,35 +108,19 @@ def machine() -> Iterator[None]:
 @pytest.fixture(scope="module")
 def systemd(machine: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Systemd]:
     """Boot a real systemd in the sandbox for this module; power it off at the end."""
-    script = sandbox_script()
-    if not script.is_file():
-        pytest.fail(
-            f"no systemd-sandbox at {script}: the test boots systemd with it "
-            "(set ANYRTD_SYSTEMD_SANDBOX to its path)"
-        )
-    if not Path("/lib/systemd/systemd").exists() or shutil.which("systemctl") is None:
+    if not SYSTEMD.exists() or shutil.which("systemctl") is None:
         apt_install("systemd")
-    log = tmp_path_factory.mktemp("systemd") / "sandbox.log"
-    env = {
-        **os.environ,
-        "SYSTEMD_SANDBOX_STATE": str(SANDBOX_STATE),
-        "SYSTEMD_SANDBOX_LOG": str(log),
-    }
-    sd = Systemd(script, env, log)
-    sd.tool("stop")  # a sandbox an interrupted run of this test left behind
-    booted = sd.tool("start", timeout=120)
-    if booted.returncode != 0:
-        sd.tool("stop")  # whatever of it did start
-        boot_log = log.read_text(errors="replace")[-4000:] if log.exists() else "(no log)"
-        pytest.fail(
-            f"systemd could not boot in the sandbox ({script} start exited "
-            f"{booted.returncode}):\n{booted.stdout}{booted.stderr}\nits log:\n{boot_log}"
-        )
+    log = tmp_path_factory.mktemp("systemd") / "boot.log"
+    sandbox = SystemdSandbox(SANDBOX_STATE, log)
+    sandbox.stop()  # a sandbox an interrupted run of this test left behind
     try:
-        yield sd
+        sandbox.start(timeout=120)
+    except SandboxError as exc:
+        pytest.fail(f"systemd could not boot in the sandbox: {exc}")
+    try:
+        yield Systemd(sandbox)
     finally:
-        stopped = sd.tool("stop", timeout=60)
-        assert stopped.returncode == 0, f"the sandbox did not stop: {stopped.stderr}"
+        sandbox.stop()
 
 
 @pytest.fixture(scope="session")

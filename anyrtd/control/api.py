@@ -18,7 +18,14 @@ from aiohttp import web
 
 from anyrtd import __version__
 from anyrtd.client import ServerError, ServerUnavailable
-from anyrtd.control.guard import GUARD, Guard, error_response, errors_middleware, guard_middleware
+from anyrtd.control.guard import (
+    GUARD,
+    MAX_BODY,
+    Guard,
+    error_response,
+    errors_middleware,
+    guard_middleware,
+)
 from anyrtd.control.openapi import openapi_document
 from anyrtd.control.page import add_routes as add_page_routes
 from anyrtd.control.views import (
@@ -57,7 +64,7 @@ def make_app(daemon: Daemon, guard: Guard | None = None) -> web.Application:
     """Build the control API application for `daemon`."""
     app = web.Application(
         middlewares=[errors_middleware, guard_middleware, _bad_request_middleware],
-        client_max_size=256 * 1024,
+        client_max_size=MAX_BODY,
     )
     app[DAEMON] = daemon
     app[GUARD] = guard or Guard()

@@ -4,18 +4,21 @@ A web page in the user's browser can send requests to 127.0.0.1. Two tricks are
 closed here: DNS rebinding (a foreign name that resolves to 127.0.0.1, caught by
 the `Host` check) and cross-site writes (a page POSTing a form or text/plain,
 caught by the `Origin`, `Sec-Fetch-Site` and content-type checks). A bodiless
-`curl -X POST` carries none of these marks and works.
+`curl -X POST` carries none of these marks and works. Every route refuses a body over
+256 KiB (413), and a request the HTTP parser cannot take (no `Host` in HTTP/1.1, say)
+gets aiohttp's plain 400 and one warning line, not a traceback (`PROTOCOL_LOG`).
 """
 
 from __future__ import annotations
 
 import hmac
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from anyrtd.control.address import is_loopback_host, split_host_header
 
@@ -23,6 +26,13 @@ log = logging.getLogger("anyrtd.control")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 MUTATING = frozenset({"POST", "PATCH", "PUT", "DELETE"})
+MAX_BODY = 256 * 1024
+"""The largest request body any route takes, in bytes (the app's `client_max_size` too)."""
+ORIGIN = re.compile(
+    r"(?P<scheme>https?)://(?P<host>\[[0-9a-f:.]+\]|[a-z0-9.-]+)(?::(?P<port>[0-9]{1,5}))?",
+    re.ASCII | re.IGNORECASE,
+)
+"""An `Origin` as a browser serialises one: scheme, host and port, nothing more."""
 
 
 @dataclass(frozen=True)
@@ -57,14 +67,20 @@ def error_response(status: int, code: str, message: str) -> web.Response:
 
 
 def _origin_is_local(origin: str, extra_hosts: frozenset[str]) -> bool:
-    """Return whether `origin` is this machine: a loopback name or the listener's own address."""
-    try:
-        parts = urlsplit(origin)
-        host = parts.hostname
-    except ValueError:
+    """Return whether `origin` is `scheme://host[:port]` naming this machine; refuse the rest.
+
+    This machine is a loopback name or address, or the listener's own address. A browser
+    sends nothing else (an opaque origin is `null`), so anything else (user info, a path,
+    a backslash) is refused rather than guessed at: URL parsers disagree on where the
+    host of `http://evil.example\\@127.0.0.1` is.
+    """
+    match = ORIGIN.fullmatch(origin.strip())
+    if match is None:
         return False
-    if parts.scheme not in ("http", "https") or host is None:
+    port = match.group("port")
+    if port is not None and not 0 < int(port) <= 65535:
         return False
+    host = match.group("host")
     return is_loopback_host(host) or host.lower() in extra_hosts
 
 
@@ -77,7 +93,13 @@ def _is_json(content_type: str) -> bool:
 def refusal(request: web.Request, guard: Guard) -> web.Response | None:
     """Return the refusal for a request the listener must not answer, or None."""
     if not guard.unix:
-        raw_host = request.headers.get("Host", "")
+        if "Host" not in request.headers:  # HTTP/1.0 may leave it out
+            return error_response(
+                400,
+                "bad_request",
+                "the request has no Host header: address it to localhost, 127.0.0.1 or [::1]",
+            )
+        raw_host = request.headers["Host"]
         host = split_host_header(raw_host).lower()
         if not (is_loopback_host(host) or host in guard.extra_hosts):
             return error_response(
@@ -142,13 +164,61 @@ def refusal(request: web.Request, guard: Guard) -> web.Response | None:
     return None
 
 
+def _too_large(size: int | None) -> web.Response:
+    sent = f" (this one is {size} bytes)" if size is not None else ""
+    response = error_response(
+        413, "too_large", f"a request body over 256 KiB ({MAX_BODY} bytes) is not accepted{sent}"
+    )
+    response.force_close()  # the rest of the body is not read
+    return response
+
+
+async def body_refusal(request: web.Request) -> web.Response | None:
+    """Return a 413 for a body over `MAX_BODY`, on every route, whether a handler reads it or not.
+
+    A body of unknown length (chunked) is read here, up to the limit; the handler then
+    reads it from memory.
+    """
+    size = request.content_length
+    if size is not None:
+        return _too_large(size) if size > MAX_BODY else None
+    if "chunked" not in request.headers.get("Transfer-Encoding", "").lower():
+        return None
+    try:
+        body = await request.read()  # bounded by the app's client_max_size
+    except web.HTTPRequestEntityTooLarge:
+        return _too_large(None)
+    return _too_large(len(body)) if len(body) > MAX_BODY else None
+
+
 @web.middleware
 async def guard_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Refuse what the guard refuses before any handler runs."""
     refused = refusal(request, request.app[GUARD])
+    if refused is None:  # only then read a body: not for a request already refused
+        refused = await body_refusal(request)
     if refused is not None:
         return refused
     return await handler(request)
+
+
+class _MalformedRequestFilter(logging.Filter):
+    """Log a request the HTTP parser refused as one warning line instead of a traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError) and record.levelno >= logging.ERROR:
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            remote = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
+            record.msg = "control API: refused a malformed request from %s: %s %s"
+            record.args = (remote, exc.code, exc.message.strip())
+            record.exc_info = record.exc_text = None
+        return True
+
+
+PROTOCOL_LOG = logging.getLogger("anyrtd.control.http")
+"""The logger to give the control API's `AppRunner`: aiohttp logs its protocol errors here."""
+PROTOCOL_LOG.addFilter(_MalformedRequestFilter())
 
 
 @web.middleware

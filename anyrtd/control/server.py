@@ -21,7 +21,7 @@ from anyrtd.control.address import (
     read_token,
 )
 from anyrtd.control.api import make_app
-from anyrtd.control.guard import Guard
+from anyrtd.control.guard import PROTOCOL_LOG, Guard
 from anyrtd.daemon import Daemon
 
 log = logging.getLogger("anyrtd.control")
@@ -73,6 +73,7 @@ class ControlServer:
             make_app(self.daemon, Guard(token=token, unix=unix, extra_hosts=extra)),
             access_log=None,
             handle_signals=False,
+            logger=PROTOCOL_LOG,
         )
         await runner.setup()
         try:
