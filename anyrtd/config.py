@@ -168,11 +168,14 @@ def _positive_float(key: str, raw: Any) -> float:
     try:
         value = float(raw)
     except (TypeError, ValueError):
-        raise ConfigError(f"config key {key}: expected a number of seconds, got {raw!r}") from None
+        raise ConfigError(
+            f"config key {key}: expected a number of seconds, got {str(raw)!r}"
+        ) from None
     if not value > 0 or value == float("inf"):
         example = Config.__dataclass_fields__[key].default
         raise ConfigError(
-            f"config key {key}: must be a number of seconds greater than 0, got {raw!r}; "
+            # str(): the same words whether the value came as a flag, a variable or TOML.
+            f"config key {key}: must be a number of seconds greater than 0, got {str(raw)!r}; "
             f"give one such as {example:g} ({set_by(key)})"
         )
     return value
