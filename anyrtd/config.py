@@ -102,8 +102,11 @@ def load_config(
     for var, key in _ENV_KEYS.items():
         if env.get(var):
             values[key] = env[var]
-    values.update({k: v for k, v in flags.items() if v is not None})
-    return _build(values, source)
+    given = {k: v for k, v in flags.items() if v is not None}
+    if given:
+        # A flag wins over the file, but a bad value in the file is still refused.
+        _build(values, source)
+    return _build({**values, **given}, source)
 
 
 def _read_file(path: Path) -> dict[str, Any]:
