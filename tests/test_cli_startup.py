@@ -76,3 +76,24 @@ def test_the_daemon_side_is_imported_where_it_is_needed(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "no mirror at" in result.stderr
     assert "anyrtd.mirror" in modules and "sqlalchemy" in modules
+
+
+def test_the_cli_modules_import_each_other_without_a_circle() -> None:
+    import ast
+    import graphlib
+
+    package = Path(__file__).resolve().parent.parent / "anyrtd" / "cli"
+    names = {p.stem for p in package.glob("*.py")} - {"__init__"}
+    graph: dict[str, set[str]] = {}
+    for name in names:
+        edges = graph.setdefault(name, set())
+        for node in ast.walk(ast.parse((package / f"{name}.py").read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == "anyrtd.cli":
+                # `from anyrtd.cli import format`: a module, never the group itself.
+                for alias in node.names:
+                    assert alias.name in names, f"{name} imports {alias.name} from anyrtd.cli"
+                    edges.add(alias.name)
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("anyrtd.cli."):
+                edges.add(node.module.split(".")[2])  # type: ignore[union-attr]
+    order = list(graphlib.TopologicalSorter(graph).static_order())  # raises on a cycle
+    assert set(order) == names
