@@ -24,13 +24,14 @@ from anyrtd.control.address import Address
 from anyrtd.control.writes import Records, WriteError
 from anyrtd.devserver import DevServerError, start_devserver
 from anyrtd.serve import StartError, start_daemon
+from anyrtd.vocab import Kind
 
 log = logging.getLogger("anyrtd.dev")
 
 SAMPLE_ID = "dev-reminder"
 SAMPLE: dict[str, Any] = {
     "name": "Dev reminder",
-    "kind": "cron",
+    "kind": Kind.CRON.value,
     "spec": {"cron": "* * * * *"},
     "program": "agent:remind@v1",
     "args": {"text": "Reminder from anyrtd dev: this trigger fires every minute."},
@@ -52,7 +53,8 @@ async def ensure_sample(client: ServerClient, space: str, *, create: bool = True
         if await records.get(SAMPLE_ID) is not None:
             return True
     except WriteError:
-        log.info("the sample trigger %s was deleted; not creating it again", SAMPLE_ID)
+        if create:
+            log.info("the sample trigger %s was deleted; not creating it again", SAMPLE_ID)
         return False
     if not create:
         return False
