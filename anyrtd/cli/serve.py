@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -16,9 +17,9 @@ import click
 from anyrtd.cli.shared import (
     LISTEN_OPTION,
     SPACE_OPTION,
-    STATE_DIR_OPTION,
     pass_config,
     shared,
+    shared_option,
     shared_options,
 )
 from anyrtd.config import DEFAULT_LISTEN, DEFAULT_SERVER, Config
@@ -112,7 +113,12 @@ def db_current(config: Config) -> None:
 
 
 @click.command()
-@STATE_DIR_OPTION
+@shared_option(
+    "--state-dir",
+    name="state_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where the devserver's data and the mirror live [default: ~/.local/state/anyrtd].",
+)
 @click.option(
     "--port",
     type=click.IntRange(0, 65535),

@@ -78,26 +78,27 @@ def _keep(name: str) -> Callable[[click.Context, click.Parameter, Any], None]:
     return keep
 
 
-def _option(*decls: str, name: str, **attrs: Any) -> Callable[[F], F]:
+def shared_option(*decls: str, name: str, **attrs: Any) -> Callable[[F], F]:
+    """Return an option whose value goes to `Shared.<name>` rather than to the command."""
     return click.option(*decls, expose_value=False, callback=_keep(name), **attrs)
 
 
-CONFIG_OPTION = _option(
+CONFIG_OPTION = shared_option(
     "--config",
     name="config_path",
     type=click.Path(dir_okay=False),
     help="Config file (default: ~/.config/anyrtd/anyrtd.toml, /etc/anyrtd/anyrtd.toml).",
 )
-SERVER_OPTION = _option(
+SERVER_OPTION = shared_option(
     "--server", name="server", help="URL of the any server [default: http://127.0.0.1:7001]."
 )
-SPACE_OPTION = _option("--space", name="space", help="The agent space id [default: bao].")
-LISTEN_OPTION = _option(
+SPACE_OPTION = shared_option("--space", name="space", help="The agent space id [default: bao].")
+LISTEN_OPTION = shared_option(
     "--listen",
     name="listen",
     help="Control API address: HOST:PORT or unix:/path [default: 127.0.0.1:7010].",
 )
-STATE_DIR_OPTION = _option(
+STATE_DIR_OPTION = shared_option(
     "--state-dir",
     name="state_dir",
     type=click.Path(file_okay=False, path_type=Path),
