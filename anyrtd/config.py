@@ -8,6 +8,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
+
+from anyrtd.control.address import AddressError, parse_listen
 
 DEFAULT_SERVER = "http://127.0.0.1:7001"
 DEFAULT_LISTEN = "127.0.0.1:7010"
@@ -99,8 +102,11 @@ def load_config(
     for var, key in _ENV_KEYS.items():
         if env.get(var):
             values[key] = env[var]
-    values.update({k: v for k, v in flags.items() if v is not None})
-    return _build(values, source)
+    given = {k: v for k, v in flags.items() if v is not None}
+    if given:
+        # A flag wins over the file, but a bad value in the file is still refused.
+        _build(values, source)
+    return _build({**values, **given}, source)
 
 
 def _read_file(path: Path) -> dict[str, Any]:
@@ -111,6 +117,24 @@ def _read_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path}: not found; create it or drop --config") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path}: not valid TOML: {exc}") from None
+
+
+_SET_BY = {
+    "server": ("--server", "ANYRTD_SERVER"),
+    "space": ("--space", "ANYRTD_SPACE"),
+    "listen": ("--listen", "ANYRTD_LISTEN"),
+    "state_dir": ("--state-dir", "ANYRTD_STATE_DIR"),
+    "tick_s": ("--tick", "ANYRTD_TICK"),
+    "election_poll_s": ("--election-poll", None),
+}
+"""The flag and the variable that set a config key, for the messages that name the fix."""
+
+
+def set_by(key: str) -> str:
+    """Return where a config key's value can be given: `--tick, ANYRTD_TICK or tick_s`."""
+    flag, var = _SET_BY.get(key, (None, None))
+    ways = [w for w in (flag, var) if w is not None]
+    return ", ".join(ways) + (" or " if ways else "") + f"{key} in the config file"
 
 
 _FLOATS = {"tick_s", "election_poll_s", "run_timeout_s", "grace_s", "full_resync_s", "decay_days"}
@@ -132,12 +156,14 @@ def _build(values: dict[str, Any], source: Path | None) -> Config:
             if not isinstance(raw, str) or not raw:
                 raise ConfigError(f"config key {key}: expected a non-empty string, got {raw!r}")
             out[key] = raw
+            if key == "server":
+                out[key] = _server_url(raw)
+            elif key == "listen":
+                _listen_address(raw)
         elif key in ("state_dir", "token_file"):
             out[key] = Path(str(raw)).expanduser()
         elif key == "programs":
             out[key] = _programs(raw)
-    if "server" in out:
-        out["server"] = str(out["server"]).rstrip("/")
     return Config(**out)
 
 
@@ -145,10 +171,51 @@ def _positive_float(key: str, raw: Any) -> float:
     try:
         value = float(raw)
     except (TypeError, ValueError):
-        raise ConfigError(f"config key {key}: expected a number of seconds, got {raw!r}") from None
-    if not value > 0:
-        raise ConfigError(f"config key {key}: must be greater than 0, got {raw!r}")
+        raise ConfigError(
+            f"config key {key}: expected a number of seconds, got {str(raw)!r}"
+        ) from None
+    if not value > 0 or value == float("inf"):
+        example = Config.__dataclass_fields__[key].default
+        raise ConfigError(
+            # str(): the same words whether the value came as a flag, a variable or TOML.
+            f"config key {key}: must be a number of seconds greater than 0, got {str(raw)!r}; "
+            f"give one such as {example:g} ({set_by(key)})"
+        )
     return value
+
+
+def _server_url(raw: str) -> str:
+    """Return the any server's URL without a trailing slash, or refuse one httpx cannot use."""
+    text = raw.strip().rstrip("/")
+
+    def refuse(why: str) -> ConfigError:
+        return ConfigError(
+            f"config key server: {raw!r} {why}; give a URL such as {DEFAULT_SERVER} "
+            f"({set_by('server')})"
+        )
+
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError as exc:
+        raise refuse(f"is not a URL ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise refuse("has no http:// or https:// scheme")
+    if not parts.hostname:
+        raise refuse("names no host")
+    if port == 0:
+        raise refuse("has port 0")
+    if parts.query or parts.fragment:
+        raise refuse("has a query or fragment")
+    return text
+
+
+def _listen_address(raw: str) -> None:
+    """Refuse a control API address the daemon could not listen on or the CLI not reach."""
+    try:
+        parse_listen(raw)
+    except AddressError as exc:
+        raise ConfigError(f"config key listen: {exc} ({set_by('listen')})") from None
 
 
 def _programs(raw: Any) -> dict[str, CommandProgram]:

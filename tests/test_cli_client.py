@@ -261,6 +261,39 @@ def test_enable_and_disable_go_through_the_daemon(cli: Cli) -> None:
     assert "no trigger 'nope-toggle'" in result.stderr
 
 
+def test_disable_and_enable_print_the_state_once(cli: Cli) -> None:
+    cli("triggers", "create", "--id", "cli-words", "--every", "3600", "--program", "test:echo@v1")
+    cli.adopted("cli-words")
+    assert cli("triggers", "disable", "cli-words").stdout == "cli-words: disabled\n"
+    out = cli("triggers", "enable", "cli-words").stdout
+    assert out.startswith("cli-words: enabled (scheduled), next fire ")
+
+
+def owner_line(text: str) -> str:
+    return next(line for line in text.splitlines() if line.startswith("owner:"))
+
+
+def test_show_prints_the_owner_once(cli: Cli) -> None:
+    here, other = cli.peers[0], cli.peers[1]  # type: ignore[attr-defined]
+    cli("triggers", "create", "--id", "cli-own", "--every", "3600", "--program", "test:echo@v1")
+    cli("triggers", "pin", "cli-own", "here")
+    wait_until(
+        lambda: cli.json("triggers", "show", "cli-own")["trigger"]["owner"] == here,
+        timeout=20,
+        what="the pin to reach the daemon",
+    )
+    line = owner_line(cli("triggers", "show", "cli-own").stdout)
+    assert line.split() == ["owner:", here, "(here)"]
+    cli("triggers", "pin", "cli-own", other)
+    wait_until(
+        lambda: cli.json("triggers", "show", "cli-own")["trigger"]["owner"] == other,
+        timeout=20,
+        what="the repin to reach the daemon",
+    )
+    line = owner_line(cli("triggers", "show", "cli-own").stdout)
+    assert line.split() == ["owner:", other]
+
+
 def test_pin_and_unpin(cli: Cli) -> None:
     cli("triggers", "create", "--id", "cli-pin", "--every", "3600", "--program", "test:echo@v1")
     other = cli.peers[1]  # type: ignore[attr-defined]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import shlex
+import shutil
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -31,6 +33,9 @@ class DevProcess:
     def __init__(self, state: Path, tmp: Path) -> None:
         self.state = state
         self.tmp = tmp
+        self.command = anyrtd_command()
+        self.args: list[str] = []
+        self.env: dict[str, str] = {}
         self.proc: subprocess.Popen[bytes] | None = None
         self.out = tmp / "dev.out"
         self.err = tmp / "dev.err"
@@ -44,7 +49,7 @@ class DevProcess:
         with self.out.open("ab") as out, self.err.open("ab") as err:
             self.proc = subprocess.Popen(
                 [
-                    *anyrtd_command(),
+                    *self.command,
                     "dev",
                     "--state-dir",
                     str(self.state),
@@ -54,10 +59,11 @@ class DevProcess:
                     "127.0.0.1:0",
                     "--tick",
                     "0.2",
+                    *self.args,
                 ],
                 stdout=out,
                 stderr=err,
-                env={**os.environ, "ANYRTD_CONFIG": "/dev/null"},
+                env={**os.environ, "ANYRTD_CONFIG": "/dev/null", **self.env},
                 start_new_session=True,
             )
 
@@ -176,3 +182,64 @@ def test_dev_refuses_a_busy_port_with_a_hint(dev: DevProcess, tmp_path: Path) ->
         )
     assert result.returncode == 1
     assert "is another `anyrtd dev` or `anyrtd devserver` running?" in result.stderr
+
+
+def tries(how_to: str) -> list[str]:
+    """Return the commands the how-to offers to try, one per line."""
+    block = how_to.split("Try, in another terminal:\n", 1)[1].split("\n\n", 1)[0]
+    return [line.strip() for line in block.splitlines()]
+
+
+def run_printed(dev: DevProcess, *commands: str) -> subprocess.CompletedProcess[str]:
+    """Run printed commands from a fresh shell that, like a second terminal, lacks the venv."""
+    return subprocess.run(
+        ["bash", "-c", "set -e\n" + "\n".join(commands)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "ANYRTD_CONFIG": "/dev/null", **dev.env},
+    )
+
+
+def test_the_how_to_follows_the_space_no_sample_and_what_exists(dev: DevProcess) -> None:
+    # Started by path, as the README's first command does, with anyrtd not on PATH.
+    dev.command = [shutil.which(dev.command[0]) or dev.command[0], *dev.command[1:]]
+    dev.env = {"PATH": "/usr/bin:/bin"}
+    dev.args = ["--no-sample", "--space", "lab"]
+    assert shutil.which("anyrtd", path=dev.env["PATH"]) is None
+    invoked = shlex.join(dev.command)
+
+    dev.start()
+    offered = tries(dev.out.read_text())
+    assert "dev-reminder" not in dev.out.read_text()
+    export = offered[0]
+    assert export.startswith("export ") and "ANYRTD_SPACE=lab" in export.split()
+    create = next(line for line in offered if " triggers create " in line)
+    assert create.startswith(f"{invoked} triggers create --id hello ")
+    assert f"{invoked} triggers list" in offered
+
+    made = run_printed(dev, export, create, f"{invoked} triggers list")
+    assert made.returncode == 0, made.stderr
+    assert "created hello" in made.stdout
+
+    assert dev.interrupt() == 0
+    dev.start()
+    how_to = dev.out.read_text()
+    assert "triggers create --id hello " not in how_to
+    assert f"{invoked} triggers show hello" in tries(how_to)
+
+
+def test_the_how_to_leaves_out_a_deleted_sample(dev: DevProcess) -> None:
+    dev.start()
+    assert "dev-reminder" in dev.out.read_text()
+    env = {"ANYRTD_SERVER": dev.server, "ANYRTD_LISTEN": dev.control}
+    deleted = run_printed(
+        dev, f"{' '.join(f'{k}={v}' for k, v in env.items())} {shlex.join(dev.command)} "
+        "triggers delete dev-reminder --yes"
+    )  # fmt: skip
+    assert deleted.returncode == 0, deleted.stderr
+    assert dev.interrupt() == 0
+    dev.start()
+    how_to = dev.out.read_text()
+    assert "dev-reminder" not in how_to
+    assert "sample trigger          none" in how_to

@@ -248,3 +248,23 @@ def test_ci_unit_checks_pass_and_fail_past_the_limit() -> None:
     )
     assert strict.returncode == 1
     assert "above 0.1" in strict.stderr
+
+
+def test_every_package_ships_and_the_command_is_the_cli_group() -> None:
+    import tomllib
+
+    import click
+
+    from anyrtd.cli import main
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    listed = set(project["tool"]["setuptools"]["packages"])
+    found = {
+        ".".join(init.parent.relative_to(ROOT).parts)
+        for init in (ROOT / "anyrtd").rglob("__init__.py")
+    }
+    # A package left out of the list is missing from `pip install .` (not from -e).
+    assert found <= listed, sorted(found - listed)
+    assert project["project"]["scripts"] == {"anyrtd": "anyrtd.cli:main"}
+    assert isinstance(main, click.Group)
+    assert {"serve", "dev", "devserver", "db", "triggers", "runs", "doctor"} <= set(main.commands)

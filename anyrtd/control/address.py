@@ -52,6 +52,11 @@ def parse_listen(listen: str) -> Address:
                 f"listen address {listen!r}: give a socket path, e.g. unix:/run/anyrtd/control.sock"
             )
         return UnixAddress(Path(path).expanduser())
+    if "://" in text:
+        raise AddressError(
+            f"listen address {listen!r}: give HOST:PORT without a scheme (127.0.0.1:7010) "
+            "or unix:/path"
+        )
     host, sep, port_text = text.rpartition(":")
     if not sep or not port_text.isdigit():
         raise AddressError(
@@ -64,6 +69,11 @@ def parse_listen(listen: str) -> Address:
         host = host[1:-1]
     if not host:
         raise AddressError(f"listen address {listen!r}: name the host, e.g. 127.0.0.1:{port}")
+    if "/" in host or any(c.isspace() for c in host):
+        raise AddressError(
+            f"listen address {listen!r}: {host!r} is not a host name or address; "
+            "expected HOST:PORT (127.0.0.1:7010) or unix:/path"
+        )
     return TcpAddress(host, port)
 
 

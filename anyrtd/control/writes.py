@@ -19,16 +19,6 @@ from anyrtd.programs.chat import GENERAL_CHAT_SEED
 from anyrtd.vocab import is_unassigned
 
 ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
-RUNTIME_FIELDS = (
-    "lastRunAt",
-    "lastStatus",
-    "lastDurationMs",
-    "lastFuel",
-    "lastCostUsd",
-    "runCount",
-    "consecutiveFailures",
-    "lastRunRef",
-)
 
 
 class WriteError(Exception):

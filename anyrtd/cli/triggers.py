@@ -1,4 +1,4 @@
-"""The client commands: `triggers`, `runs`, `election`, `devices`, `doctor`.
+"""`anyrtd triggers`: see and change triggers.
 
 Reads and the daemon's own actions (list, show, enable, disable, run) go through the
 daemon's control API; record writes (create, edit, pin, unpin, delete) go straight to
@@ -8,128 +8,35 @@ stderr that says what to do, with exit status 1.
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import json
 import re
 import time
-from collections.abc import Callable, Coroutine, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
-from urllib.parse import quote
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-from click.shell_completion import CompletionItem
 
-from anyrtd.cli import config_options, pop_config
-from anyrtd.client import ServerClient, ServerError, ServerUnavailable
-from anyrtd.config import Config, load_config
-from anyrtd.control import format as fmt
-from anyrtd.control.address import AddressError
-from anyrtd.control.client import ControlClient, ControlError, ControlUnreachable
-from anyrtd.control.writes import (
-    Records,
-    WriteError,
-    check_id,
-    fill_placeholders,
-    placeholders_in,
-    resolve_peer,
-    slug,
+from anyrtd.cli import format as fmt
+from anyrtd.cli.runs import print_run, runs_table
+from anyrtd.cli.shared import (
+    client_command,
+    complete_trigger,
+    control,
+    emit_json,
+    json_option,
+    on_server,
+    path_id,
 )
-from anyrtd.election import APP
+from anyrtd.config import Config
+from anyrtd.vocab import Kind, RollupField, RunStatus, TriggerState, is_unassigned
+
+if TYPE_CHECKING:
+    from anyrtd.cli.control import ControlClient
+    from anyrtd.control.writes import Records
 
 F = TypeVar("F", bound=Callable[..., Any])
-T = TypeVar("T")
-
-RUN_STATUSES = ("ok", "FAILED", "incomplete", "interrupted", "running")
-
-
-# --------------------------------------------------------------------------- plumbing
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
-def client_command(fn: F) -> F:
-    """Add the shared options, build the config, and turn every known failure into one line."""
-
-    @config_options
-    @functools.wraps(fn)
-    def wrapper(**kwargs: Any) -> Any:
-        config = pop_config(kwargs)
-        try:
-            return fn(config, **kwargs)
-        except ControlUnreachable as exc:
-            raise click.ClickException(str(exc)) from None
-        except ControlError as exc:
-            raise click.ClickException(_one_line(exc.message)) from None
-        except ServerUnavailable:
-            raise click.ClickException(
-                f"cannot reach the any server at {config.server}: is it running? "
-                "(`anyrtd dev` starts a local one; set --server or ANYRTD_SERVER)"
-            ) from None
-        except ServerError as exc:
-            raise click.ClickException(
-                f"the any server refused: {_one_line(exc.message)} ({exc.code})"
-            ) from None
-        except (WriteError, AddressError) as exc:
-            raise click.ClickException(_one_line(str(exc))) from None
-
-    return wrapper  # type: ignore[return-value]
-
-
-json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON (stable keys).")
-
-
-@contextmanager
-def control(config: Config) -> Iterator[ControlClient]:
-    """Open a client of the daemon's control API."""
-    with ControlClient(config.listen, token_file=config.token_file) as ctl:
-        yield ctl
-
-
-def on_server(config: Config, work: Callable[[Records], Coroutine[Any, Any, T]]) -> T:
-    """Run `work` with the agent space's trigger records on the configured server."""
-
-    async def main() -> T:
-        async with ServerClient(config.server) as client:
-            return await work(Records(client, config.space))
-
-    return asyncio.run(main())
-
-
-def _complete(path: str, key: str) -> Callable[[click.Context, click.Parameter, str], list[Any]]:
-    """Return a shell-completion callback that offers ids from the daemon, if it answers."""
-
-    def complete(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
-        try:
-            config = load_config(ctx.params.get("config_path"), listen=ctx.params.get("listen"))
-            with ControlClient(config.listen, token_file=config.token_file, timeout=1.0) as ctl:
-                items = ctl.get(path, **({"all": "true"} if path == "/triggers" else {}))
-        except Exception:  # completion must never fail loudly
-            return []
-        ids = [str(i.get(key)) for i in items if isinstance(i, dict)]
-        return [CompletionItem(i) for i in ids if i.startswith(incomplete)]
-
-    return complete
-
-
-complete_trigger = _complete("/triggers", "id")
-complete_run = _complete("/runs", "runId")
-
-
-def emit_json(value: Any) -> None:
-    click.echo(json.dumps(value, indent=2, ensure_ascii=False))
-
-
-def path_id(value: str) -> str:
-    return quote(value, safe="")
-
-
-# --------------------------------------------------------------------------- triggers
 
 
 @click.group()
@@ -199,7 +106,7 @@ def triggers_show(config: Config, trigger_id: str, as_json: bool) -> None:
         ("spec", fmt.compact(t.get("spec"))),
         ("program", t.get("program")),
         ("args", fmt.compact(t.get("args") or {})),
-        ("owner", f"{t.get('owner') or '(unassigned)'} {fmt.owner(t.get('owner'), me)}"),
+        ("owner", fmt.owner_line(t.get("owner"), me)),
         ("enabled", "yes" if t.get("enabled") else "no"),
         ("state", t.get("state")),
     ]
@@ -228,7 +135,7 @@ def triggers_show(config: Config, trigger_id: str, as_json: bool) -> None:
     click.echo("")
     if runs:
         click.echo("recent runs:")
-        click.echo(_runs_table(runs[:10], now))
+        click.echo(runs_table(runs[:10], now))
     else:
         click.echo("no runs on this device yet")
 
@@ -308,18 +215,20 @@ def _definition(opts: Mapping[str, Any], now: float) -> dict[str, Any]:
         spec: dict[str, Any] = {"cron": opts["cron_expr"]}
         if opts.get("tz"):
             spec["tz"] = opts["tz"]
-        fields.update(kind="cron", spec=spec)
+        fields.update(kind=Kind.CRON.value, spec=spec)
     elif opts.get("every_s") is not None:
         every = opts["every_s"]
-        fields.update(kind="cron", spec={"every_s": int(every) if every == int(every) else every})
+        fields.update(
+            kind=Kind.CRON.value, spec={"every_s": int(every) if every == int(every) else every}
+        )
     elif opts.get("at") is not None:
         at = _parse_at(opts["at"], now)
-        fields.update(kind="once", spec={"at": int(at) if at == int(at) else at})
+        fields.update(kind=Kind.ONCE.value, spec={"at": int(at) if at == int(at) else at})
     elif opts.get("event_chat") is not None:
         spec = {"dataset": "chat_messages", "objectId": opts["event_chat"]}
         if opts.get("event_space"):
             spec["spaceId"] = opts["event_space"]
-        fields.update(kind="event", spec=spec)
+        fields.update(kind=Kind.EVENT.value, spec=spec)
     if opts.get("name") is not None:
         fields["name"] = opts["name"]
     if opts.get("program") is not None:
@@ -334,6 +243,8 @@ def _definition(opts: Mapping[str, Any], now: float) -> dict[str, Any]:
 
 
 async def _owner(records: Records, owner: str | None, force: bool) -> str | None:
+    from anyrtd.control.writes import resolve_peer
+
     if owner is None:
         return None
     if force and owner not in ("here", "self"):
@@ -343,6 +254,8 @@ async def _owner(records: Records, owner: str | None, force: bool) -> str | None
 
 async def _placeholders(records: Records, fields: dict[str, Any]) -> dict[str, Any]:
     """Fill `${SPACE}`, `${GENERAL_CHAT}` and `${SELF}` in the record's string values."""
+    from anyrtd.control.writes import WriteError, fill_placeholders, placeholders_in
+
     names = placeholders_in(fields)
     if not names:
         return dict(fields)
@@ -363,7 +276,7 @@ async def _placeholders(records: Records, fields: dict[str, Any]) -> dict[str, A
 
 
 def _adopt_hint(owner: str) -> str:
-    if owner and not owner.startswith("anyrt-"):
+    if not is_unassigned(owner):
         return f"the device {fmt.short(owner)} adopts it within one tick"
     return "the active device claims it within one tick"
 
@@ -391,6 +304,8 @@ def triggers_create(
     **opts: Any,
 ) -> None:
     """Create a trigger (cron, once or event) from flags or a JSON file."""
+    from anyrtd.control.writes import check_id, slug
+
     base: dict[str, Any] = {}
     if file is not None:
         try:
@@ -470,11 +385,11 @@ def triggers_edit(
         filled = await _placeholders(records, fields)
         if filled.get("spec") is not None and "kind" not in filled:
             stored = await records.need(trigger_id)
-            if stored.fields.get("kind") == "once":
+            if stored.fields.get("kind") == Kind.ONCE:
                 # A once takes lastRunAt as its consumed state: a new `at` re-arms the shot.
-                unset_fields_list.append("lastRunAt")
-        elif filled.get("kind") == "once":
-            unset_fields_list.append("lastRunAt")
+                unset_fields_list.append(RollupField.LAST_RUN_AT.value)
+        elif filled.get("kind") == Kind.ONCE:
+            unset_fields_list.append(RollupField.LAST_RUN_AT.value)
         await records.update(trigger_id, filled, unset_fields_list)
         return filled
 
@@ -486,10 +401,13 @@ def triggers_edit(
     click.echo(f"updated {trigger_id} ({names}); the owning device applies it within one tick")
 
 
-def _state_line(t: Mapping[str, Any]) -> str:
-    now = time.time()
+def state_line(t: Mapping[str, Any], now: float) -> str:
+    """Return `ID: enabled (scheduled), next fire …`; the state only where it adds a word."""
+    switch = "enabled" if t.get("enabled") else "disabled"
+    state = t.get("state")
+    said = f" ({state})" if state and state != switch and state != TriggerState.DISABLED else ""
     extra = f", next fire {fmt.when(t['nextFire'], now)}" if t.get("nextFire") else ""
-    return f"{t['id']}: {'enabled' if t.get('enabled') else 'disabled'} ({t.get('state')}){extra}"
+    return f"{t['id']}: {switch}{said}{extra}"
 
 
 @triggers.command("enable")
@@ -516,7 +434,7 @@ def _switch(config: Config, trigger_id: str, verb: str, as_json: bool) -> None:
     if as_json:
         emit_json(trigger)
     else:
-        click.echo(_state_line(trigger))
+        click.echo(state_line(trigger, time.time()))
 
 
 @triggers.command("pin")
@@ -568,7 +486,7 @@ def triggers_run(
         deadline = time.monotonic() + timeout
         while True:
             run = ctl.get(f"/runs/{path_id(run_id)}")
-            if run.get("status") != "running":
+            if run.get("status") != RunStatus.RUNNING:
                 break
             if time.monotonic() > deadline:
                 raise click.ClickException(
@@ -579,8 +497,8 @@ def triggers_run(
     if as_json:
         emit_json(run)
     else:
-        _print_run(run)
-    if run.get("status") != "ok":
+        print_run(run)
+    if run.get("status") != RunStatus.OK:
         raise SystemExit(1)
 
 
@@ -596,213 +514,3 @@ def triggers_delete(config: Config, trigger_id: str, yes: bool) -> None:
         )
     on_server(config, lambda records: records.delete(trigger_id))
     click.echo(f"deleted {trigger_id}; every device evicts it within one tick")
-
-
-# --------------------------------------------------------------------------- runs
-
-
-@click.group()
-def runs() -> None:
-    """See the runs on this device."""
-
-
-def _runs_table(items: list[dict[str, Any]], now: float) -> str:
-    rows = [
-        [
-            r["runId"],
-            str(r.get("triggerId") or "-"),
-            fmt.when(r.get("startedAt"), now),
-            str(r.get("status")),
-            fmt.duration(r.get("durationMs")),
-            _one_line(str(r.get("errorType") or r.get("title") or ""))[:40],
-        ]
-        for r in items
-    ]
-    return fmt.table(["RUN", "TRIGGER", "STARTED", "STATUS", "DURATION", "NOTE"], rows)
-
-
-@runs.command("list")
-@client_command
-@click.option(
-    "--trigger",
-    "trigger_id",
-    metavar="ID",
-    shell_complete=complete_trigger,
-    help="Only runs of this trigger.",
-)
-@click.option("--status", type=click.Choice(RUN_STATUSES), help="Only runs with this status.")
-@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
-@json_option
-def runs_list(
-    config: Config, trigger_id: str | None, status: str | None, limit: int, as_json: bool
-) -> None:
-    """List the newest runs on this device."""
-    with control(config) as ctl:
-        items = ctl.get("/runs", trigger=trigger_id, status=status, limit=limit)
-    if as_json:
-        emit_json(items)
-    elif not items:
-        click.echo("no runs")
-    else:
-        click.echo(_runs_table(items, time.time()))
-
-
-def _print_run(run: Mapping[str, Any]) -> None:
-    now = time.time()
-    lines = [
-        ("run", run["runId"]),
-        ("trigger", run.get("triggerId") or "-"),
-        ("program", run.get("program")),
-        ("device", run.get("device")),
-        ("scheduled", fmt.when(run["scheduledAt"], now) if run.get("scheduledAt") else "by hand"),
-        ("started", fmt.when(run.get("startedAt"), now)),
-        ("ended", fmt.when(run.get("endedAt"), now)),
-        ("duration", fmt.duration(run.get("durationMs"))),
-        ("status", run.get("status")),
-    ]
-    if run.get("errorType") or run.get("error"):
-        lines.append(("error", f"{run.get('errorType') or ''}: {run.get('error') or ''}"))
-    if run.get("title"):
-        lines.append(("title", run["title"]))
-    width = max(len(k) for k, _ in lines) + 1
-    for key, value in lines:
-        click.echo(f"{(key + ':').ljust(width)} {value}")
-    output = run.get("output")
-    if output:
-        click.echo("output:")
-        click.echo(str(output).rstrip("\n"))
-        if run.get("outputDropped"):
-            click.echo(f"[{run['outputDropped']} more bytes dropped]")
-    elif output is not None:
-        click.echo("output:   (none)")
-
-
-@runs.command("show")
-@client_command
-@click.argument("run_id", metavar="RUNID", shell_complete=complete_run)
-@json_option
-def runs_show(config: Config, run_id: str, as_json: bool) -> None:
-    """Show a run: its summary and captured output."""
-    with control(config) as ctl:
-        run = ctl.get(f"/runs/{path_id(run_id)}")
-    if as_json:
-        emit_json(run)
-    else:
-        _print_run(run)
-
-
-# --------------------------------------------------------------------------- election, devices
-
-
-@click.command()
-@client_command
-@json_option
-def election(config: Config, as_json: bool) -> None:
-    """Show this device's election verdict (as the daemon holds it)."""
-    with control(config) as ctl:
-        body = ctl.get("/election")
-    if as_json:
-        emit_json(body)
-        return
-    verdict = body.get("verdict") or ("active" if body.get("active") else "standby")
-    state = "on" if body.get("enabled") else "off (single-device: always active)"
-    click.echo(f"this device: {body.get('peerId')}")
-    click.echo(f"verdict:     {verdict}")
-    click.echo(f"winner:      {body.get('winner') or '(none)'}")
-    click.echo(f"election:    {state}")
-
-
-@click.group()
-def devices() -> None:
-    """See the devices and move the active role."""
-
-
-@devices.command("list")
-@client_command
-@json_option
-def devices_list(config: Config, as_json: bool) -> None:
-    """List the devices registry of the server."""
-
-    async def work(records: Records) -> Any:
-        return await records.client.devices()
-
-    view = on_server(config, work)
-    if view is None:
-        raise click.ClickException(
-            f"the server at {config.server} has no devices registry: the election is off"
-        )
-    winner = view.active.get(APP)
-    if as_json:
-        emit_json(
-            {
-                "self": view.self_id,
-                "active": dict(view.active),
-                "devices": [
-                    {
-                        "peerId": d.peer_id,
-                        "name": d.name,
-                        "os": d.os,
-                        "apps": d.apps,
-                        "deleted": d.deleted,
-                    }
-                    for d in view.devices
-                ],
-            }
-        )
-        return
-    rows = []
-    for d in view.devices:
-        flags = (
-            ("self", d.peer_id == view.self_id),
-            ("active", d.peer_id == winner),
-            ("pruned", d.deleted),
-        )
-        marks = [m for m, on in flags if on]
-        claim = d.apps.get(APP)
-        version = claim.get("version", "-") if isinstance(claim, Mapping) else "-"
-        rows.append([d.peer_id, d.name or "-", d.os or "-", str(version), ", ".join(marks)])
-    click.echo(fmt.table(["PEER", "NAME", "OS", APP.upper(), ""], rows))
-
-
-@devices.command("activate")
-@client_command
-@click.option("--app", default=APP, show_default=True, help="The app slug whose role moves.")
-def devices_activate(config: Config, app: str) -> None:
-    """Make this device (the one whose server --server names) the active one."""
-
-    async def work(records: Records) -> Any:
-        return await records.client.activate(app)
-
-    row = on_server(config, work)
-    click.echo(
-        f"{row.peer_id} now holds the newest claim for {app!r}; "
-        "the daemons follow within one election poll"
-    )
-
-
-# --------------------------------------------------------------------------- doctor
-
-
-@click.command()
-@client_command
-@json_option
-def doctor(config: Config, as_json: bool) -> None:
-    """Check the set-up, part by part, and say how to fix what is wrong."""
-    from anyrtd.control.doctor import diagnose
-
-    checks = asyncio.run(diagnose(config, time.time()))
-    if as_json:
-        emit_json([c.to_json() for c in checks])
-    else:
-        colours = {"ok": "green", "warn": "yellow", "fail": "red", "skip": None}
-        for c in checks:
-            mark = click.style(c.status.ljust(4), fg=colours.get(c.status))
-            click.echo(f"{mark}  {c.name.ljust(8)} {c.detail}")
-            if c.fix and c.status in ("warn", "fail"):
-                click.echo(f"{'':14} fix: {c.fix}")
-    if any(c.status == "fail" for c in checks):
-        raise SystemExit(1)
-
-
-COMMANDS: list[click.Command] = [triggers, runs, election, devices, doctor]
-"""The client commands `anyrtd.cli` registers."""

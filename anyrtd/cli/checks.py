@@ -1,4 +1,4 @@
-"""`anyrtd doctor`: check each part a working set-up needs and say how to fix what is wrong."""
+"""The checks of `anyrtd doctor`: each part a working set-up needs, and how to fix it."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import zoneinfo
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from anyrtd.cli.control import ControlClient, ControlError, ControlUnreachable
 from anyrtd.client import Dataset, ServerClient, ServerError, ServerUnavailable
 from anyrtd.config import Config
 from anyrtd.control.address import AddressError
-from anyrtd.control.client import ControlClient, ControlError, ControlUnreachable
 from anyrtd.election import APP
 from anyrtd.model import Malformed, parse_record
 from anyrtd.places import TRIGGER_TYPE_KEY

@@ -7,6 +7,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from anyrtd.vocab import Kind, is_stamp, is_unassigned
+
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     """Return rows as aligned columns under their headers."""
@@ -56,13 +58,13 @@ def schedule(kind: Any, spec: Any) -> str:
     """Return a trigger's schedule in a few words."""
     if not isinstance(spec, Mapping):
         return "-"
-    if kind == "cron":
+    if kind == Kind.CRON:
         if "cron" in spec:
             tz = spec.get("tz")
             return f"{spec['cron']}" + (f" ({tz})" if tz else "")
         if "every_s" in spec:
             return f"every {spec['every_s']}s"
-    if kind == "once" and "at" in spec:
+    if kind == Kind.ONCE and "at" in spec:
         at = spec["at"]
         if isinstance(at, int | float) and not isinstance(at, bool):
             try:
@@ -70,7 +72,7 @@ def schedule(kind: Any, spec: Any) -> str:
             except (OverflowError, OSError, ValueError):
                 pass
         return f"at {at}"
-    if kind == "event":
+    if kind == Kind.EVENT:
         return f"on {spec.get('dataset', '?')} of {short(str(spec.get('objectId', '?')))}"
     return json.dumps(spec, separators=(",", ":"))[:40]
 
@@ -88,9 +90,20 @@ def owner(value: Any, me: str | None) -> str:
         return "-"
     if me is not None and value == me:
         return "(here)"
-    if value == "" or value.startswith("anyrt-"):
+    if is_unassigned(value):
         return "(unassigned)"
     return short(value)
+
+
+def owner_line(value: Any, me: str | None) -> str:
+    """Return a trigger's owner in full for `show`: the peer id, then `(here)` if it is us."""
+    if not isinstance(value, str):
+        return "-"
+    if value == "":
+        return "(unassigned)"
+    if is_stamp(value):
+        return f"{value} (unassigned: the stamp of a daemon without a peer id)"
+    return f"{value} (here)" if me is not None and value == me else value
 
 
 def compact(value: Any) -> str:

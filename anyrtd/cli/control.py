@@ -1,15 +1,20 @@
-"""A small client of the control API for the command line, over TCP or a unix socket."""
+"""A small client of the control API for the command line, over TCP or a unix socket.
+
+httpx is imported when a client is made, not with this module, so that the commands
+that never talk to the daemon do not pay for it.
+"""
 
 from __future__ import annotations
 
 import socket
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from anyrtd.control.address import TcpAddress, UnixAddress, parse_listen, read_token
+
+if TYPE_CHECKING:
+    import httpx
 
 
 class ControlUnreachable(Exception):
@@ -37,6 +42,8 @@ class ControlClient:
         timeout: float = 10.0,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
+        import httpx
+
         self.address: TcpAddress | UnixAddress = parse_listen(listen)
         headers = {"Accept": "application/json"}
         if token_file is not None and isinstance(self.address, TcpAddress):
@@ -68,6 +75,8 @@ class ControlClient:
         ok: tuple[int, ...] = (),
     ) -> Any:
         """Send a request; return the decoded JSON (or text) of a 2xx answer, else raise."""
+        import httpx
+
         self._probe()
         try:
             if body is None:

@@ -1,19 +1,17 @@
-"""The `anyrtd devserver` command."""
+"""The `anyrtd devserver` command: the local edition of the any server, on its own.
+
+The devserver (aiohttp, its SQLite store) is imported when the command runs.
+"""
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import re
-import signal
 import sys
 from pathlib import Path
 
 import click
 
 from anyrtd.config import default_state_dir
-from anyrtd.devserver.server import DevServerError, start_devserver
-from anyrtd.devserver.store import StoreError
 
 LINE = "anyrtd devserver: device {index} {peer} {url}"
 """The line printed per device on start; tests and scripts parse it."""
@@ -64,6 +62,12 @@ def devserver(
     sync_delay: float | None,
 ) -> None:
     """Run the local edition of the any server."""
+    import asyncio
+    import logging
+
+    from anyrtd.devserver.server import DevServerError
+    from anyrtd.devserver.store import StoreError
+
     if not _SPACE.fullmatch(space):
         raise click.BadParameter(
             "use letters, digits, '.', '_' and '-', up to 64", param_hint="--space"
@@ -95,6 +99,12 @@ def devserver(
 async def _serve(
     path: Path, host: str, port: int, devices: int, space: str, replicated: bool, sync_delay: float
 ) -> None:
+    import asyncio
+    import logging
+    import signal
+
+    from anyrtd.devserver.server import start_devserver
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

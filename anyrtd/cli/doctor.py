@@ -1,0 +1,33 @@
+"""`anyrtd doctor`: check the set-up part by part and say how to fix what is wrong."""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from anyrtd.cli.shared import client_command, emit_json, json_option
+from anyrtd.config import Config
+
+
+@click.command()
+@client_command
+@json_option
+def doctor(config: Config, as_json: bool) -> None:
+    """Check the set-up, part by part, and say how to fix what is wrong."""
+    import asyncio
+
+    from anyrtd.cli.checks import diagnose
+
+    checks = asyncio.run(diagnose(config, time.time()))
+    if as_json:
+        emit_json([c.to_json() for c in checks])
+    else:
+        colours = {"ok": "green", "warn": "yellow", "fail": "red", "skip": None}
+        for c in checks:
+            mark = click.style(c.status.ljust(4), fg=colours.get(c.status))
+            click.echo(f"{mark}  {c.name.ljust(8)} {c.detail}")
+            if c.fix and c.status in ("warn", "fail"):
+                click.echo(f"{'':14} fix: {c.fix}")
+    if any(c.status == "fail" for c in checks):
+        raise SystemExit(1)

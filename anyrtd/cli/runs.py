@@ -1,0 +1,117 @@
+"""`anyrtd runs`: the runs on this device, as a table or one run in full."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import click
+
+from anyrtd.cli import format as fmt
+from anyrtd.cli.shared import (
+    client_command,
+    complete_run,
+    complete_trigger,
+    control,
+    emit_json,
+    json_option,
+    one_line,
+    path_id,
+)
+from anyrtd.config import Config
+from anyrtd.vocab import RunStatus
+
+
+@click.group()
+def runs() -> None:
+    """See the runs on this device."""
+
+
+def runs_table(items: list[dict[str, Any]], now: float) -> str:
+    rows = [
+        [
+            r["runId"],
+            str(r.get("triggerId") or "-"),
+            fmt.when(r.get("startedAt"), now),
+            str(r.get("status")),
+            fmt.duration(r.get("durationMs")),
+            one_line(str(r.get("errorType") or r.get("title") or ""))[:40],
+        ]
+        for r in items
+    ]
+    return fmt.table(["RUN", "TRIGGER", "STARTED", "STATUS", "DURATION", "NOTE"], rows)
+
+
+@runs.command("list")
+@client_command
+@click.option(
+    "--trigger",
+    "trigger_id",
+    metavar="ID",
+    shell_complete=complete_trigger,
+    help="Only runs of this trigger.",
+)
+@click.option(
+    "--status", type=click.Choice([s.value for s in RunStatus]), help="Only runs with this status."
+)
+@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
+@json_option
+def runs_list(
+    config: Config, trigger_id: str | None, status: str | None, limit: int, as_json: bool
+) -> None:
+    """List the newest runs on this device."""
+    with control(config) as ctl:
+        items = ctl.get("/runs", trigger=trigger_id, status=status, limit=limit)
+    if as_json:
+        emit_json(items)
+    elif not items:
+        click.echo("no runs")
+    else:
+        click.echo(runs_table(items, time.time()))
+
+
+def print_run(run: Mapping[str, Any]) -> None:
+    """Print a run's summary and its captured output."""
+    now = time.time()
+    lines = [
+        ("run", run["runId"]),
+        ("trigger", run.get("triggerId") or "-"),
+        ("program", run.get("program")),
+        ("device", run.get("device")),
+        ("scheduled", fmt.when(run["scheduledAt"], now) if run.get("scheduledAt") else "by hand"),
+        ("started", fmt.when(run.get("startedAt"), now)),
+        ("ended", fmt.when(run.get("endedAt"), now)),
+        ("duration", fmt.duration(run.get("durationMs"))),
+        ("status", run.get("status")),
+    ]
+    error = ": ".join(str(part) for part in (run.get("errorType"), run.get("error")) if part)
+    if error:
+        lines.append(("error", error))
+    if run.get("title"):
+        lines.append(("title", run["title"]))
+    width = max(len(k) for k, _ in lines) + 1
+    for key, value in lines:
+        click.echo(f"{(key + ':').ljust(width)} {value}")
+    output = run.get("output")
+    if output:
+        click.echo("output:")
+        click.echo(str(output).rstrip("\n"))
+        if run.get("outputDropped"):
+            click.echo(f"[{run['outputDropped']} more bytes dropped]")
+    elif output is not None:
+        click.echo("output:   (none)")
+
+
+@runs.command("show")
+@client_command
+@click.argument("run_id", metavar="RUNID", shell_complete=complete_run)
+@json_option
+def runs_show(config: Config, run_id: str, as_json: bool) -> None:
+    """Show a run: its summary and captured output."""
+    with control(config) as ctl:
+        run = ctl.get(f"/runs/{path_id(run_id)}")
+    if as_json:
+        emit_json(run)
+    else:
+        print_run(run)

@@ -1,0 +1,246 @@
+"""`anyrtd serve`, `anyrtd dev` and `anyrtd db`: the daemon, the local set-up, the schema.
+
+The daemon, the devserver and the mirror are imported inside the commands, so that
+the client commands never load SQLAlchemy, Alembic or the aiohttp server.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from anyrtd.cli.shared import (
+    LISTEN_OPTION,
+    SPACE_OPTION,
+    pass_config,
+    shared,
+    shared_option,
+    shared_options,
+)
+from anyrtd.config import DEFAULT_LISTEN, DEFAULT_SERVER, Config
+from anyrtd.control.address import TcpAddress
+
+if TYPE_CHECKING:
+    from anyrtd.dev import DevReady
+
+LOG_LEVEL_OPTION = click.option(
+    "--log-level",
+    default="INFO",
+    show_default=True,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+)
+
+
+@click.command()
+@shared_options
+@click.option(
+    "--tick", "tick_s", metavar="SECONDS", help="Seconds between reconciles [default: 5]."
+)
+@click.option(
+    "--election-poll",
+    "election_poll_s",
+    metavar="SECONDS",
+    help="Seconds between election polls [default: 10].",
+)
+@LOG_LEVEL_OPTION
+def serve(tick_s: str | None, election_poll_s: str | None, log_level: str) -> None:
+    """Run the scheduler daemon."""
+    import asyncio
+
+    from anyrtd.logs import setup_logging
+    from anyrtd.serve import StartError
+    from anyrtd.serve import serve as run_daemon
+
+    given = shared(click.get_current_context())
+    # The loop flags are config keys like the others: checked on the same path.
+    config = given.config(tick_s=tick_s, election_poll_s=election_poll_s)
+    setup_logging(log_level)
+
+    def reload() -> Config:
+        return given.load(tick_s=tick_s, election_poll_s=election_poll_s)
+
+    try:
+        asyncio.run(run_daemon(config, reload=reload))
+    except StartError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@click.group()
+def db() -> None:
+    """Manage the mirror's schema (SQLite, Alembic)."""
+
+
+@db.command("upgrade")
+@pass_config
+def db_upgrade(config: Config) -> None:
+    """Bring the mirror's schema to the revision this anyrtd needs."""
+    from anyrtd.mirror import Mirror
+    from anyrtd.statedir import StateDirError, hold_state_dir
+
+    try:
+        hold_state_dir(config.state_dir)  # not under a running daemon
+    except StateDirError as exc:
+        raise click.ClickException(str(exc)) from None
+    mirror = Mirror(config.mirror_path)
+    try:
+        before, head = mirror.revisions()
+        mirror.upgrade()
+    finally:
+        mirror.close()
+    if before == head:
+        click.echo(f"{config.mirror_path}: already at {head}")
+    else:
+        click.echo(f"{config.mirror_path}: upgraded {before or 'empty'} -> {head}")
+
+
+@db.command("current")
+@pass_config
+def db_current(config: Config) -> None:
+    """Show the mirror's schema revision and the one this anyrtd needs."""
+    from anyrtd.mirror import Mirror
+
+    if not config.mirror_path.exists():
+        raise click.ClickException(
+            f"no mirror at {config.mirror_path}: run `anyrtd db upgrade` or start `anyrtd serve`"
+        )
+    mirror = Mirror(config.mirror_path)
+    try:
+        current, head = mirror.revisions()
+    finally:
+        mirror.close()
+    state = "at head" if current == head else "behind: run `anyrtd db upgrade`"
+    click.echo(f"{config.mirror_path}: {current or 'empty'} (head {head}, {state})")
+
+
+@click.command()
+@shared_option(
+    "--state-dir",
+    name="state_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where the devserver's data and the mirror live [default: ~/.local/state/anyrtd].",
+)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=7001,
+    show_default=True,
+    help="The devserver's port (0: a free one).",
+)
+@LISTEN_OPTION
+@SPACE_OPTION
+@click.option("--tick", "tick_s", metavar="SECONDS", help="Seconds between ticks [default: 5].")
+@click.option("--no-sample", is_flag=True, help="Do not create the sample trigger.")
+@LOG_LEVEL_OPTION
+def dev(port: int, tick_s: str | None, no_sample: bool, log_level: str) -> None:
+    """Run a local any server, the daemon and the control API, with a sample trigger."""
+    import asyncio
+
+    from anyrtd.dev import DevError, run_dev
+    from anyrtd.logs import setup_logging
+
+    given = shared(click.get_current_context())
+    config = given.config(tick_s=tick_s)
+    setup_logging(log_level)
+    invoked = invocation()
+
+    def ready(what: DevReady) -> None:
+        click.echo(how_to(what, invoked))
+
+    async def main() -> None:
+        import signal
+
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await run_dev(config, port=port, sample=not no_sample, stop=stop, ready=ready)
+
+    try:
+        asyncio.run(main())
+    except DevError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def invocation(argv0: str | None = None, path: str | None = None) -> str:
+    """Return how to run anyrtd again from a shell: `anyrtd` if that is the one on PATH,
+    else the command as it was invoked (`.venv/bin/anyrtd`, `python -m anyrtd`)."""
+    import shutil
+
+    argv0 = sys.argv[0] if argv0 is None else argv0
+    if os.path.basename(argv0) == "__main__.py":
+        return f"{shlex.quote(sys.executable)} -m anyrtd"
+    found = shutil.which("anyrtd", path=path)
+    if found is not None:
+        try:
+            if os.path.samefile(found, argv0):
+                return "anyrtd"
+        except OSError:
+            pass
+    return shlex.quote(argv0)
+
+
+def how_to(ready: DevReady, anyrtd: str = "anyrtd") -> str:
+    """Return the printed how-to: what runs where, and the next commands to try."""
+    address = ready.control
+    env = []
+    if ready.server_url != DEFAULT_SERVER:
+        env.append(f"ANYRTD_SERVER={ready.server_url}")
+    if str(address) != DEFAULT_LISTEN:
+        env.append(f"ANYRTD_LISTEN={address}")
+    if ready.space != Config().space:
+        env.append(f"ANYRTD_SPACE={shlex.quote(ready.space)}")
+    if isinstance(address, TcpAddress):
+        curl = f"curl -s {address.url}"
+    else:
+        curl = f"curl -s --unix-socket {address.path} http://localhost"
+    post = curl.replace("curl -s", "curl -X POST", 1)
+    sample = ready.sample_id
+    if sample is not None:
+        sample_line = f"{sample}: a reminder in the general chat every minute"
+        target = sample
+    else:
+        sample_line = "none (--no-sample, or it was deleted)"
+        target = ready.new_id
+    tries = [f"{anyrtd} triggers list"]
+    if sample is not None:
+        tries += [
+            f"{anyrtd} triggers show {sample}",
+            f"{anyrtd} triggers run {sample} --wait",
+            f"{anyrtd} runs list",
+        ]
+    if ready.new_exists:
+        tries.append(f"{anyrtd} triggers show {ready.new_id}")
+    else:
+        tries.append(
+            f"{anyrtd} triggers create --id {ready.new_id} --every 30 "
+            "--program agent:remind@v1 --arg text=hello"
+        )
+    tries += [
+        f"{anyrtd} triggers disable {target}",
+        f"{anyrtd} doctor",
+        f"{curl}/triggers | jq '.[] | {{id, kind, owner, enabled, lastStatus}}'",
+        f"{post}/triggers/{target}/disable",
+        f"{curl}/metrics",
+    ]
+    if env:
+        tries.insert(0, f"export {' '.join(env)}")
+    commands = "\n".join(f"  {line}" for line in tries)
+    page = f"{address.url}/" if isinstance(address, TcpAddress) else "(TCP only)"
+    return f"""
+anyrtd dev is running
+  any server (devserver)  {ready.server_url}   (data: {ready.state_dir / "devserver.sqlite3"})
+  control API             {address}
+  this device             {ready.peer or "(resolving)"}
+  status page             {page}
+  sample trigger          {sample_line}
+
+Try, in another terminal:
+{commands}
+
+Ctrl-C stops everything; the state stays in {ready.state_dir} for the next `{anyrtd} dev`.
+"""
