@@ -17,9 +17,10 @@ the few places where we deliberately differ are listed in docs/schedule.md.
 """
 
 from anyrtd.schedule.match import CronExpr
-from anyrtd.schedule.parse import CronSyntaxError, parse_cron
+from anyrtd.schedule.parse import MAX_CRON_LENGTH, MAX_LIST_ITEMS, CronSyntaxError, parse_cron
 from anyrtd.schedule.specs import (
     MAX_EVERY_S,
+    MIN_EVERY_S,
     CronSchedule,
     EventSchedule,
     EverySchedule,
@@ -30,9 +31,14 @@ from anyrtd.schedule.specs import (
     once_due,
     preview,
 )
+from anyrtd.schedule.zones import MAX_TZ_LENGTH
 
 __all__ = [
+    "MAX_CRON_LENGTH",
     "MAX_EVERY_S",
+    "MAX_LIST_ITEMS",
+    "MAX_TZ_LENGTH",
+    "MIN_EVERY_S",
     "CronExpr",
     "CronSchedule",
     "CronSyntaxError",

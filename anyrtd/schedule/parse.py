@@ -13,6 +13,11 @@ from anyrtd.schedule.match import (
     month_length,
 )
 
+MAX_CRON_LENGTH = 1024
+"""The longest cron expression read, in characters; checked before anything else is done."""
+MAX_LIST_ITEMS = 64
+"""The most comma-separated items one field may list (every minute, listed, is 60)."""
+
 
 class CronSyntaxError(ValueError):
     """A cron expression that cannot be parsed; the message names the field and the fix."""
@@ -200,8 +205,25 @@ def _parse_field(
     return bits, last, tuple(nearest), tuple(nth), unrestricted
 
 
+def cron_size_error(expr: str) -> str | None:
+    """Return why `expr` is too long to be read at all, or None; costs nothing to ask."""
+    if len(expr) <= MAX_CRON_LENGTH:
+        return None
+    return (
+        f'cron "{expr[:40]}…" is {len(expr):,} characters long, more than the limit of '
+        f"{MAX_CRON_LENGTH}; write long lists as ranges (1-5) or steps (*/5)"
+    )
+
+
 def parse_cron(expr: str) -> CronExpr:
-    """Parse a 5-, 6- or 7-field cron expression (croniter's field order); raise CronSyntaxError."""
+    """Parse a 5-, 6- or 7-field cron expression (croniter's field order); raise CronSyntaxError.
+
+    The size limits (`MAX_CRON_LENGTH`, `MAX_LIST_ITEMS` in every field) are checked first,
+    so that no expression costs more than a bounded amount of work to refuse.
+    """
+    too_long = cron_size_error(expr)
+    if too_long is not None:
+        raise CronSyntaxError(too_long)
     text = expr.strip().lower()
     text = _ALIASES.get(text, text)
     if text.startswith("@"):
@@ -217,6 +239,14 @@ def parse_cron(expr: str) -> CronExpr:
             f"expected 5 fields (minute hour day-of-month month day-of-week), or 6 with seconds "
             f"last, or 7 with seconds and year last; got {len(fields)}",
         )
+    for i, field in enumerate(fields):
+        items = field.count(",") + 1
+        if items > MAX_LIST_ITEMS:
+            raise _err(
+                expr,
+                f"{_FIELD_NAMES[i]} lists {items} items, more than the limit of {MAX_LIST_ITEMS}; "
+                "write long lists as ranges (1-5) or steps (*/5)",
+            )
     parsed = [_parse_field(expr, i, f) for i, f in enumerate(fields)]
     seconds = parsed[_SECOND][0] if len(fields) > 5 else 1
     years = parsed[_YEAR][0] if len(fields) == 7 and not parsed[_YEAR][4] else None

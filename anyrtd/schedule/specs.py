@@ -11,13 +11,17 @@ from functools import lru_cache
 from typing import Any, Protocol, runtime_checkable
 
 from anyrtd.schedule.match import CronExpr, CronMatcher, civil, epoch
-from anyrtd.schedule.parse import CronSyntaxError, parse_cron
-from anyrtd.schedule.zones import fold_end_wall, to_instant, zone_of
+from anyrtd.schedule.parse import CronSyntaxError, cron_size_error, parse_cron
+from anyrtd.schedule.zones import MAX_TZ_LENGTH, fold_end_wall, to_instant, zone_of
 from anyrtd.vocab import Kind
 
 #: The largest accepted `every_s`: a hundred years. Larger intervals are almost certainly typos
 #: (milliseconds for seconds) and would arm beyond any date the tools can show.
 MAX_EVERY_S = 100 * 365.25 * 86400.0
+
+#: The smallest accepted `every_s`: one second, cron's finest grain. A smaller interval fires
+#: faster than any schedule needs and floods the run records (0.001 s is 86 million a day).
+MIN_EVERY_S = 1.0
 
 
 @runtime_checkable
@@ -226,8 +230,11 @@ def _compile(kind: str, spec: Mapping[str, Any]) -> Schedule:
             n = _number(raw)
             if n is None:
                 return InvalidSchedule(f"every_s must be a number of seconds, not {raw!r}")
-            if n <= 0:
-                return InvalidSchedule(f"every_s {raw!r} must be greater than 0")
+            if n < MIN_EVERY_S:
+                return InvalidSchedule(
+                    f"every_s {raw!r} is less than the minimum of 1 second (cron's finest "
+                    "grain); give 1 or more"
+                )
             if n > MAX_EVERY_S:
                 return InvalidSchedule(
                     f"every_s {raw!r} is more than 100 years; give the interval in seconds"
@@ -243,9 +250,18 @@ def _compile(kind: str, spec: Mapping[str, Any]) -> Schedule:
             return InvalidSchedule(
                 f'cron expression must be a string like "0 8 * * *", not {expr!r}'
             )
+        # Sizes first, before the LRU below keeps the text as a key and before any parsing.
+        too_long = cron_size_error(expr)
+        if too_long is not None:
+            return InvalidSchedule(too_long)
         tz = spec.get("tz")
         if tz is not None and not isinstance(tz, str):
             return InvalidSchedule(f'tz must be an IANA zone name like "Europe/Berlin", not {tz!r}')
+        if tz is not None and len(tz) > MAX_TZ_LENGTH:
+            return InvalidSchedule(
+                f'tz "{tz[:40]}…" is {len(tz):,} characters long; an IANA zone name like '
+                f'"Europe/Berlin" has at most {MAX_TZ_LENGTH}'
+            )
         return _compile_cron(expr, tz)
     if kind == Kind.ONCE:
         raw = spec.get("at")

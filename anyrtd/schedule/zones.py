@@ -11,6 +11,9 @@ from zoneinfo import ZoneInfo
 
 from anyrtd.schedule.match import epoch
 
+MAX_TZ_LENGTH = 255
+"""The longest `tz` looked up: a zone name is a path under the zone database (one file name)."""
+
 
 def zone_of(name: Any) -> tuple[tzinfo | None, str | None]:
     """Return (zone, error) for a spec's tz value; UTC spellings become None (the fast path)."""
