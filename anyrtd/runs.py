@@ -54,7 +54,10 @@ def normalize_result(raw: Any) -> tuple[dict[str, Any], list[str]]:
                 continue
         elif key in TEXT_KEYS:
             if isinstance(value, str) and value:
-                out[key] = value[:TEXT_LIMIT]
+                text, replaced = valid_text(value[:TEXT_LIMIT])
+                if replaced:
+                    notes.append(f"result key {key!r}: {REPLACED}")
+                out[key] = text
                 continue
         elif key == "tokens":
             if isinstance(value, Mapping):
@@ -67,6 +70,24 @@ def normalize_result(raw: Any) -> tuple[dict[str, Any], list[str]]:
             continue
         notes.append(f"result key {key!r} ignored: bad value {value!r:.80}")
     return out, notes
+
+
+REPLACED = "text that is not valid Unicode (a lone surrogate) was replaced with U+FFFD"
+"""The note a run's output carries when text from its program had to be made valid."""
+
+
+def valid_text(text: str) -> tuple[str, bool]:
+    """Return `text` as valid Unicode, and whether anything had to be replaced.
+
+    A lone surrogate (what JSON's `"\\ud800"` decodes to, or a string cut through an emoji)
+    cannot be encoded as UTF-8, so no record holding it can be sent or stored; each becomes
+    U+FFFD. A surrogate pair split into two code points is joined back into its character.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace"), True
+    return text, False
 
 
 def one_line(text: str, fallback: str) -> str:

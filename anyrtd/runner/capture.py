@@ -8,6 +8,10 @@ import functools
 import logging
 import os
 
+from anyrtd.runs import valid_text
+
+INVALID_OUTPUT = "output bytes that are not valid UTF-8 were replaced with U+FFFD"
+"""The note added after a run's output when its bytes had to be made valid."""
 RESULT_LINE_LIMIT = 256 * 1024
 """A stdout line longer than this cannot be the JSON result; keeps memory bounded."""
 PARTIAL_LINE_LIMIT = 64 * 1024
@@ -36,13 +40,17 @@ class Capture:
             self.dropped += len(data)
 
     def add_line(self, text: str) -> None:
-        self.add(text.rstrip("\n").encode("utf-8", "replace") + b"\n")
+        self.add(valid_text(text.rstrip("\n"))[0].encode("utf-8") + b"\n")
 
     def text(self) -> str:
+        """Return the kept output as valid UTF-8, with a note if bytes had to be replaced."""
         buf = bytes(self._buf)
         if self.dropped:
             buf = utf8_whole(buf)
-        return buf.decode("utf-8", "replace")
+        try:
+            return buf.decode("utf-8")
+        except UnicodeDecodeError:
+            return buf.decode("utf-8", "replace") + f"anyrtd: {INVALID_OUTPUT}\n"
 
 
 def utf8_whole(buf: bytes) -> bytes:

@@ -29,7 +29,7 @@ from anyrtd.programs import BUILTINS
 from anyrtd.runner.capture import Capture, LastLine, LineSink, Pipes, RunLogHandler
 from anyrtd.runner.process import KILL_WAIT_S, exit_message, feed_stdin, kill_group
 from anyrtd.runner.resolve import Program, ProgramTable
-from anyrtd.runs import normalize_result, one_line
+from anyrtd.runs import REPLACED, normalize_result, one_line, valid_text
 from anyrtd.vocab import RunStatus
 
 log = logging.getLogger("anyrtd.runner")
@@ -157,10 +157,13 @@ class Runner:
             self._flights.discard(flight)
             flight.done.set()
         ended_at = clock.now()
+        error_type, error = _valid_or_none(ended.error_type), _valid_or_none(ended.error)
+        if error_type != ended.error_type or error != ended.error:
+            capture.add_line(f"anyrtd: the run's error: {REPLACED}")
         return RunOutcome(
             status=cast(Status, ended.status),  # RunStatus members are those same words
-            error_type=ended.error_type,
-            error=ended.error,
+            error_type=error_type,
+            error=error,
             started_at=started_at,
             ended_at=max(ended_at, started_at),
             duration_ms=max(0, round((clock.monotonic() - t0) * 1000)),
@@ -369,6 +372,10 @@ class Runner:
         if rc == 0:
             return _Ended(RunStatus.OK, result=result)
         return _Ended(RunStatus.FAILED, "ExitCode", exit_message(cmd.argv[0], rc), result)
+
+
+def _valid_or_none(text: str | None) -> str | None:
+    return None if text is None else valid_text(text)[0]
 
 
 def _futures(*futs: asyncio.Future[Any]) -> set[asyncio.Future[Any]]:
