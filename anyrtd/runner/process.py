@@ -13,12 +13,43 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Mapping, Sequence
 
 log = logging.getLogger("anyrtd.runner")
 
 KILL_WAIT_S = 5.0
 """How long to wait for a process group to empty after SIGKILL before giving up on it."""
 _POLL_S = 0.02
+
+
+async def start_in_group(
+    argv: Sequence[str], *, cwd: str | None, env: Mapping[str, str]
+) -> tuple[asyncio.subprocess.Process, int, int]:
+    """Start `argv` in a process group of its own, stdout and stderr on fresh pipes.
+
+    Return the process and the read ends of its stdout and stderr pipes (the caller owns
+    them); raise OSError or ValueError (a NUL byte in argv or env) if it cannot start.
+    """
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=out_w,
+            stderr=err_w,
+            cwd=cwd,
+            env=dict(env),
+            start_new_session=True,  # its own process group: the budget kills all of it
+        )
+    except BaseException:
+        os.close(out_r)
+        os.close(err_r)
+        raise
+    finally:
+        os.close(out_w)
+        os.close(err_w)
+    return proc, out_r, err_r
 
 
 async def feed_stdin(proc: asyncio.subprocess.Process, payload: bytes) -> None:

@@ -27,7 +27,13 @@ from anyrtd.notify import child_environ
 from anyrtd.program import ProgramContext, ProgramFn, RunOutcome, RunRequest, Status
 from anyrtd.programs import BUILTINS
 from anyrtd.runner.capture import Capture, LastLine, LineSink, Pipes, RunLogHandler
-from anyrtd.runner.process import KILL_WAIT_S, exit_message, feed_stdin, kill_group
+from anyrtd.runner.process import (
+    KILL_WAIT_S,
+    exit_message,
+    feed_stdin,
+    kill_group,
+    start_in_group,
+)
 from anyrtd.runner.resolve import Program, ProgramTable
 from anyrtd.runs import REPLACED, normalize_result, one_line, valid_text
 from anyrtd.vocab import RunStatus
@@ -302,21 +308,11 @@ class Runner:
         flight: _Flight,
     ) -> _Ended:
         payload = json.dumps(dict(req.args), default=str).encode() + b"\n"
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *cmd.argv,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=out_w,
-                stderr=err_w,
-                cwd=cmd.cwd,
-                env=self._command_env(cmd, req),
-                start_new_session=True,  # its own process group: the budget kills all of it
+            proc, out_r, err_r = await start_in_group(
+                cmd.argv, cwd=cmd.cwd, env=self._command_env(cmd, req)
             )
         except (OSError, ValueError) as exc:  # ValueError: a NUL byte in argv or env
-            for fd in (out_r, err_r):
-                os.close(fd)
             reason = getattr(exc, "strerror", None) or str(exc)
             return _Ended(
                 RunStatus.FAILED,
@@ -324,9 +320,6 @@ class Runner:
                 f"cannot start command {cmd.argv[0]!r}: {reason}; check argv in the local "
                 f'config\'s [programs."{program.spec}"] table',
             )
-        finally:
-            os.close(out_w)
-            os.close(err_w)
         pgid = proc.pid
         last_line = LastLine()
         pipes = Pipes()
