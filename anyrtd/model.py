@@ -1,6 +1,7 @@
 """The trigger model: a record from `agent_triggers` parsed into a typed definition, or malformed.
 
-Pure and clock-free. Two kinds of trouble are kept apart:
+Pure and clock-free, but for `spec_error`, which judges a write when it is made. Two kinds of
+trouble are kept apart:
 
 - **Malformed** (the daemon skips the record and logs the reason): the record's top-level
   fields have the wrong types, the kind is unknown, the program is missing.
@@ -18,6 +19,7 @@ import hashlib
 import json
 import math
 import sys
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -391,7 +393,32 @@ def _schedule(kind: str, spec: Mapping[str, Any], missing: bool) -> Schedule:
     return compile_schedule(kind, spec)
 
 
-def health_marker(defn: TriggerDef, now: float | None = None) -> str | None:
+def _problem(schedule: Schedule, now: float | None) -> tuple[Marker, str] | None:
+    """Return the marker and the reason of a schedule that can never fire, or None.
+
+    The one check behind `health_marker`, `marker_reason` and `spec_error`: what the daemon
+    marks is exactly what the control API and the CLI refuse.
+    """
+    if schedule.error is not None:
+        return Marker.INVALID_SPEC, schedule.error
+    if isinstance(schedule, EventSchedule):
+        if schedule.dataset in SUPPORTED_EVENT_DATASETS:
+            return None
+        return Marker.UNSUPPORTED_SOURCE, _unsupported(schedule.dataset)
+    if (
+        now is not None
+        and isinstance(schedule, CronSchedule)
+        and schedule.expr.years is not None  # only a year field can run out of occurrences
+        and schedule.next_after(now, now) is None
+    ):
+        return Marker.INVALID_SPEC, (
+            f'cron "{schedule.expr.text}" has no occurrence after now: the last year of its '
+            "year field has passed"
+        )
+    return None
+
+
+def health_marker(defn: TriggerDef, now: float | None = None) -> Marker | None:
     """Return the marker of an enabled trigger that can never fire, or None.
 
     With `now`, a cron whose last occurrence has passed (a year field in the past) is marked
@@ -399,50 +426,36 @@ def health_marker(defn: TriggerDef, now: float | None = None) -> str | None:
     """
     if not defn.enabled:
         return None
-    schedule = defn.schedule
-    if not schedule.is_valid:
-        return Marker.INVALID_SPEC
-    if isinstance(schedule, EventSchedule):
-        return None if schedule.dataset in SUPPORTED_EVENT_DATASETS else Marker.UNSUPPORTED_SOURCE
-    if (
-        now is not None
-        and isinstance(schedule, CronSchedule)
-        and schedule.expr.years is not None  # only a year field can run out of occurrences
-        and schedule.next_after(now, now) is None
-    ):
-        return Marker.INVALID_SPEC
-    return None
+    problem = _problem(defn.schedule, now)
+    return None if problem is None else problem[0]
 
 
 def marker_reason(defn: TriggerDef, now: float | None = None) -> str | None:
     """Return a human sentence for the definition's health marker, or None."""
-    marker = health_marker(defn, now)
-    if marker is None:
+    if not defn.enabled:
         return None
-    schedule = defn.schedule
-    if schedule.error is not None:
-        return schedule.error
-    if isinstance(schedule, EventSchedule):
-        return _unsupported(schedule.dataset)
-    return f'cron "{defn.spec.get("cron")}" has no occurrence after now'
+    problem = _problem(defn.schedule, now)
+    return None if problem is None else problem[1]
 
 
 def _unsupported(dataset: str) -> str:
-    return f'event dataset "{dataset}" is not supported; only "chat_messages" can fire a trigger'
+    shown = dataset if len(dataset) <= 80 else dataset[:79] + "…"
+    return f'event dataset "{shown}" is not supported; only "chat_messages" can fire a trigger'
 
 
-def spec_error(kind: str, spec: Any) -> str | None:
-    """Return why `spec` is unusable for `kind` (for a 400 on PATCH), or None if it is fine."""
+def spec_error(kind: str, spec: Any, now: float | None = None) -> str | None:
+    """Return why `spec` is unusable for `kind` (for a 400 on PATCH), or None if it is fine.
+
+    The same check as the daemon's `health_marker`: a spec is refused exactly when the
+    daemon would mark it. `now` is when the spec is judged: a write is judged when it is
+    made, so it defaults to the wall clock (the one clock read of this module).
+    """
     if kind not in KINDS:
         return f'kind "{kind}" is not one of "cron", "once", "event"'
     if not isinstance(spec, Mapping):
         return f'spec must be an object such as {{"cron": "0 8 * * *"}}, not {_show(spec)}'
-    schedule = compile_schedule(kind, spec)
-    if schedule.error is not None:
-        return schedule.error
-    if isinstance(schedule, EventSchedule) and schedule.dataset not in SUPPORTED_EVENT_DATASETS:
-        return _unsupported(schedule.dataset)
-    return None
+    problem = _problem(compile_schedule(kind, spec), time.time() if now is None else now)
+    return None if problem is None else problem[1]
 
 
 def once_at(defn: TriggerDef) -> float | None:

@@ -1,19 +1,108 @@
-"""What a finished run writes: its `agent_runs` record and the rollup on its trigger (pure)."""
+"""What a finished run writes (pure): the fields a program may report, its `agent_runs`
+record and the rollup on its trigger.
+
+The `agent_runs` schema is the seeds' (Run records); docs/programs.md says what a program
+may report and what happens to anything else.
+"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from anyrtd.rows import RunRow
+from anyrtd.vocab import LastStatus, RollupField, RunStatus
 
-STATUS_OF_RUN = {"ok": "ok", "FAILED": "error", "incomplete": "error", "interrupted": "interrupted"}
-"""The trigger's `lastStatus` after a run ending with each run `status` (runtime.md)."""
+STATUS_OF_RUN: Mapping[str, LastStatus] = {
+    RunStatus.OK: LastStatus.OK,
+    RunStatus.FAILED: LastStatus.ERROR,
+    RunStatus.INCOMPLETE: LastStatus.ERROR,
+    RunStatus.INTERRUPTED: LastStatus.INTERRUPTED,
+}
+"""The trigger's `lastStatus` after a run ending with each run `status`."""
 
-BREAKER_STATUSES = frozenset({"FAILED", "incomplete"})
+BREAKER_STATUSES = frozenset({RunStatus.FAILED, RunStatus.INCOMPLETE})
 """Run statuses that count toward the circuit breaker; `ok` resets it, `interrupted` is neither."""
 
-AUTO_DISABLED = "auto_disabled"
+# The agent_runs fields a program may report, well typed; everything else is dropped.
+COUNT_KEYS = ("turns", "cells", "effects", "mutations")
+TOKEN_KEYS = ("in", "out", "cacheRead", "cacheWrite")
+TEXT_KEYS = ("model", "title")
+NUMBER_KEYS = ("fuel", "costUsd")
+TEXT_LIMIT = 500
+"""The longest `model` or `title` kept, in characters; longer ones are cut."""
+
+
+def normalize_result(raw: Any) -> tuple[dict[str, Any], list[str]]:
+    """Return the well-typed run fields of a program's result, and a note per value dropped."""
+    if raw is None:
+        return {}, []
+    if not isinstance(raw, Mapping):
+        return {}, [f"result ignored: expected an object, got {type(raw).__name__}"]
+    out: dict[str, Any] = {}
+    notes: list[str] = []
+    for key, value in raw.items():
+        if key in NUMBER_KEYS:
+            if _is_number(value) and value >= 0:
+                out[key] = value
+                continue
+        elif key in COUNT_KEYS:
+            if _is_int(value) and value >= 0:
+                out[key] = value
+                continue
+        elif key in TEXT_KEYS:
+            if isinstance(value, str) and value:
+                text, replaced = valid_text(value[:TEXT_LIMIT])
+                if replaced:
+                    notes.append(f"result key {key!r}: {REPLACED}")
+                out[key] = text
+                continue
+        elif key == "tokens":
+            if isinstance(value, Mapping):
+                tokens = {k: v for k, v in value.items() if k in TOKEN_KEYS}
+                if tokens and all(_is_int(v) and v >= 0 for v in tokens.values()):
+                    out[key] = tokens
+                    continue
+        else:
+            notes.append(f"result key {key!r} ignored: not a run field")
+            continue
+        notes.append(f"result key {key!r} ignored: bad value {value!r:.80}")
+    return out, notes
+
+
+REPLACED = "text that is not valid Unicode (a lone surrogate) was replaced with U+FFFD"
+"""The note a run's output carries when text from its program had to be made valid."""
+
+
+def valid_text(text: str) -> tuple[str, bool]:
+    """Return `text` as valid Unicode, and whether anything had to be replaced.
+
+    A lone surrogate (what JSON's `"\\ud800"` decodes to, or a string cut through an emoji)
+    cannot be encoded as UTF-8, so no record holding it can be sent or stored; each becomes
+    U+FFFD. A surrogate pair split into two code points is joined back into its character.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace"), True
+    return text, False
+
+
+def one_line(text: str, fallback: str) -> str:
+    """Return the first non-blank line of `text`, shortened to fit a run's `error`."""
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    line = lines[0] if lines else fallback
+    return line if len(line) <= TEXT_LIMIT else line[: TEXT_LIMIT - 1] + "…"
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def run_record(row: RunRow) -> dict[str, Any]:
@@ -61,23 +150,23 @@ def rollup(row: RunRow, *, failures: int, run_count: int, limit: int, armed: boo
     The breaker trips when the count reaches `limit` on a trigger that is still `armed`
     (enabled on this device); a trigger the device no longer holds never trips here.
     """
-    if row.status == "ok":
+    if row.status == RunStatus.OK:
         failures = 0
     elif row.status in BREAKER_STATUSES:
         failures += 1
     run_count += 1
     fields: dict[str, Any] = {
-        "lastRunAt": row.started_at,
-        "lastStatus": STATUS_OF_RUN[row.status],
-        "lastDurationMs": row.duration_ms,
-        "lastFuel": row.result.get("fuel"),
-        "lastCostUsd": row.result.get("costUsd"),
-        "runCount": run_count,
-        "consecutiveFailures": failures,
-        "lastRunRef": row.run_id,
+        RollupField.LAST_RUN_AT: row.started_at,
+        RollupField.LAST_STATUS: STATUS_OF_RUN[row.status],
+        RollupField.LAST_DURATION_MS: row.duration_ms,
+        RollupField.LAST_FUEL: row.result.get("fuel"),
+        RollupField.LAST_COST_USD: row.result.get("costUsd"),
+        RollupField.RUN_COUNT: run_count,
+        RollupField.CONSECUTIVE_FAILURES: failures,
+        RollupField.LAST_RUN_REF: row.run_id,
     }
     tripped = armed and limit > 0 and failures >= limit
     if tripped:
         fields["enabled"] = False
-        fields["lastStatus"] = AUTO_DISABLED
+        fields[RollupField.LAST_STATUS] = LastStatus.AUTO_DISABLED
     return RollupWrite(fields, failures, run_count, tripped)

@@ -63,7 +63,7 @@ async def burst(runner: Runner, reqs: list[RunRequest]) -> tuple[float, list[Run
 
 
 def report(label: str, seconds: float, outcomes: list[RunOutcome]) -> None:
-    statuses = Counter(o.status for o in outcomes)
+    statuses = Counter(str(o.status) for o in outcomes)
     per_run = [o.duration_ms for o in outcomes]
     print(
         f"{label}: {len(outcomes)} runs in {seconds * 1000:.0f} ms "

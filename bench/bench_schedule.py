@@ -19,7 +19,8 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from anyrtd.model import TriggerDef, parse_record
-from anyrtd.schedule import _compile_cron, compile_schedule, once_due
+from anyrtd.schedule import compile_schedule, once_due
+from anyrtd.schedule.specs import _compile_cron
 
 NOW = 1_800_000_000.0  # 2027-01-15 08:00 UTC
 EXPRS = [

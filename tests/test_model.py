@@ -223,10 +223,51 @@ def test_a_cron_past_its_last_year_is_marked_when_now_is_known() -> None:
     assert health_marker(d) is None
     assert health_marker(d, now=1_700_000_000.0) is None
     assert health_marker(d, now=1_900_000_000.0) == Marker.INVALID_SPEC
-    assert (
-        marker_reason(d, now=1_900_000_000.0)
-        == 'cron "0 0 1 1 * 0 2027" has no occurrence after now'
+    assert marker_reason(d, now=1_900_000_000.0) == (
+        'cron "0 0 1 1 * 0 2027" has no occurrence after now: the last year of its year field '
+        "has passed"
     )
+
+
+NOW = 1_800_000_000.0  # 2027-01-15
+
+
+@pytest.mark.parametrize(
+    ("kind", "spec"),
+    [
+        ("cron", {"cron": "0 0 1 1 * 0 2020"}),  # its last year has passed
+        ("cron", {"cron": "0 0 1 1 * 0 2020-2026"}),
+        ("cron", {"cron": "0 0 1 1 * 0 2020-2030"}),  # still ahead
+        ("cron", {"cron": "0 0 1 1 * 0 2027"}),  # this year's only occurrence is behind
+        ("cron", {"cron": "0 0 31 12 * 0 2027"}),
+        ("cron", {"cron": ",".join(["1"] * 100_000) + " * * * *"}),  # over the size limit
+        ("cron", {"cron": ",".join(["1"] * 65) + " * * * *"}),  # over the list limit
+        ("cron", {"cron": ",".join(["1"] * 64) + " * * * *"}),
+        ("cron", {"cron": "61 * * * *"}),
+        ("cron", {"cron": "0 8 * * *", "tz": "Mars/Olympus"}),
+        ("cron", {"every_s": 0.5}),
+        ("cron", {"every_s": 1e-9}),
+        ("cron", {"every_s": 1}),
+        ("once", {"at": 1.0}),  # a past `at` fires late: not a marker
+        ("event", {"dataset": "notes", "objectId": "n-1"}),
+        ("event", {"dataset": "chat_messages", "objectId": "c-1"}),
+    ],
+)
+def test_spec_error_refuses_exactly_what_the_daemon_marks(kind: str, spec: dict[str, Any]) -> None:
+    # One check: what a PATCH or the CLI is refused with is what the daemon marks the
+    # record with, for the same spec at the same time.
+    d = parsed({"id": "t", "kind": kind, "spec": spec, "program": "agent:remind@v1"})
+    error = spec_error(kind, spec, now=NOW)
+    assert (error is None) == (health_marker(d, NOW) is None)
+    assert error == marker_reason(d, NOW)
+
+
+def test_spec_error_judges_a_year_limited_cron_at_the_time_of_the_write() -> None:
+    # The CLI and PATCH pass no time: a write is judged by the wall clock when it is made.
+    past = spec_error("cron", {"cron": "0 0 1 1 * 0 2020"})
+    assert past is not None and "has no occurrence after now" in past
+    assert spec_error("cron", {"cron": "0 0 1 1 * 0 2099"}) is None
+    assert spec_error("cron", {"cron": "0 0 1 1 * 0 2020"}, now=1_500_000_000.0) is None
 
 
 def test_spec_error_refuses_bad_patches_with_a_message() -> None:

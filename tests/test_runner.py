@@ -463,6 +463,63 @@ async def test_result_is_read_from_the_last_non_blank_line_without_newline(
     assert out.result == {"title": "last"}
 
 
+async def test_a_lone_surrogate_in_a_command_result_is_replaced_and_said(
+    make_runner: MakeRunner,
+) -> None:
+    # What JavaScript's JSON.stringify gives for a string cut through an emoji: json.loads
+    # accepts it, but no UTF-8 encoder can write it, so it must not reach a record.
+    prog = py(
+        r"""
+        import sys
+        print("working")
+        sys.stdout.write('{"title": "cut \\ud83d", "model": "m\\udfff", "effects": 1}\n')
+        """
+    )
+    out = await make_runner(commands={"mine:js@v1": prog}).run(request("mine:js@v1"))
+
+    assert out.status == "ok", out.output
+    assert out.result == {"title": "cut \ufffd", "model": "m\ufffd", "effects": 1}
+    json.dumps(dict(out.result), ensure_ascii=False).encode("utf-8")  # storable and sendable
+    notes = [ln for ln in out.output.splitlines() if ln.startswith("anyrtd: result key")]
+    assert notes == [
+        "anyrtd: result key 'title': text that is not valid Unicode (a lone surrogate) was "
+        "replaced with U+FFFD",
+        "anyrtd: result key 'model': text that is not valid Unicode (a lone surrogate) was "
+        "replaced with U+FFFD",
+    ]
+
+
+async def test_output_that_is_not_utf8_is_replaced_and_said(make_runner: MakeRunner) -> None:
+    prog = py(r"""import sys; sys.stdout.buffer.write(b"ok \xff\xfe bytes\n\xed\xa0\x80\n")""")
+    out = await make_runner(commands={"mine:bytes@v1": prog}).run(request("mine:bytes@v1"))
+
+    assert out.status == "ok"
+    out.output.encode("utf-8")
+    assert out.output.splitlines() == [
+        "ok \ufffd\ufffd bytes",
+        "\ufffd\ufffd\ufffd",
+        "anyrtd: output bytes that are not valid UTF-8 were replaced with U+FFFD",
+    ]
+
+
+async def test_a_lone_surrogate_in_an_error_or_a_log_line_is_replaced(
+    make_runner: MakeRunner,
+) -> None:
+    async def main(args: Mapping[str, Any], ctx: ProgramContext) -> None:
+        ctx.log.info("half an emoji: \ud83d")
+        raise ValueError("cannot post \ud83d")
+
+    out = await make_runner(programs={"mine:half@v1": main}).run(request("mine:half@v1"))
+
+    assert (out.status, out.error_type, out.error) == ("FAILED", "ValueError", "cannot post \ufffd")
+    out.output.encode("utf-8")
+    assert "INFO half an emoji: \ufffd" in out.output.splitlines()
+    assert out.output.splitlines()[-1] == (
+        "anyrtd: the run's error: text that is not valid Unicode (a lone surrogate) was "
+        "replaced with U+FFFD"
+    )
+
+
 async def test_a_failed_command_still_reports_its_result(make_runner: MakeRunner) -> None:
     prog = py("""import sys; print('{"costUsd": 0.5}'); sys.exit(1)""")
     out = await make_runner(commands={"mine:costly@v1": prog}).run(request("mine:costly@v1"))

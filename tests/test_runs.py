@@ -8,7 +8,7 @@ import pytest
 from support import AGENT_RUNS_FIELDS
 
 from anyrtd.rows import RunRow
-from anyrtd.runs import rollup, run_record
+from anyrtd.runs import REPLACED, normalize_result, rollup, run_record, valid_text
 
 
 def row(status: str, **result: Any) -> RunRow:
@@ -69,3 +69,26 @@ def test_the_rollup_carries_fuel_cost_and_duration() -> None:
     write = rollup(row("ok", fuel=7, costUsd=0.5), failures=0, run_count=0, limit=3, armed=True)
     assert write.fields["lastFuel"] == 7 and write.fields["lastCostUsd"] == 0.5
     assert write.fields["lastDurationMs"] == 1250 and write.fields["lastRunAt"] == 1_800_000_000.25
+
+
+@pytest.mark.parametrize(
+    ("text", "valid", "replaced"),
+    [
+        ("plain", "plain", False),
+        ("émoji 😀", "émoji 😀", False),
+        ("\ud800", "\ufffd", True),
+        ("cut \ud83d", "cut \ufffd", True),
+        ("x\udfffy\ud800", "x\ufffdy\ufffd", True),
+        ("a\ud83d\ude00b", "a😀b", True),  # a pair split in two code points is joined
+        ("", "", False),
+    ],
+)
+def test_text_is_made_valid_unicode(text: str, valid: str, replaced: bool) -> None:
+    assert valid_text(text) == (valid, replaced)
+    valid.encode("utf-8")
+
+
+def test_a_result_with_a_lone_surrogate_keeps_the_field_and_notes_the_replacement() -> None:
+    fields, notes = normalize_result({"title": "\ud800", "model": "gpt", "turns": 2})
+    assert fields == {"title": "\ufffd", "model": "gpt", "turns": 2}
+    assert notes == [f"result key 'title': {REPLACED}"]

@@ -7,8 +7,13 @@ from datetime import UTC, datetime
 import pytest
 
 from anyrtd.schedule import (
+    MAX_CRON_LENGTH,
     MAX_EVERY_S,
+    MAX_LIST_ITEMS,
+    MAX_TZ_LENGTH,
+    MIN_EVERY_S,
     CronSchedule,
+    CronSyntaxError,
     EventSchedule,
     EverySchedule,
     InvalidSchedule,
@@ -19,6 +24,7 @@ from anyrtd.schedule import (
     parse_cron,
     preview,
 )
+from anyrtd.schedule.specs import _compile_cron
 
 
 def utc(text: str) -> float:
@@ -144,8 +150,11 @@ def test_a_year_limited_cron_stops_after_its_last_year() -> None:
         ({"cron": "0 8 * * *", "tz": "Europe"}, "is not a known IANA zone"),
         ({"cron": "0 8 * * *", "tz": ""}, "tz must be an IANA zone name"),
         ({"cron": "0 8 * * *", "tz": 1}, "tz must be an IANA zone name"),
-        ({"every_s": 0}, "every_s 0 must be greater than 0"),
-        ({"every_s": -5}, "every_s -5 must be greater than 0"),
+        ({"every_s": 0}, "every_s 0 is less than the minimum of 1 second"),
+        ({"every_s": -5}, "every_s -5 is less than the minimum of 1 second"),
+        ({"every_s": 0.001}, "every_s 0.001 is less than the minimum of 1 second"),
+        ({"every_s": 1e-9}, "every_s 1e-09 is less than the minimum of 1 second"),
+        ({"every_s": 0.999}, "(cron's finest grain)"),
         ({"every_s": "60"}, "every_s must be a number"),
         ({"every_s": True}, "every_s must be a number"),
         ({"every_s": float("inf")}, "every_s must be a number"),
@@ -158,6 +167,43 @@ def test_bad_cron_specs_are_invalid(spec: dict[str, object], message: str) -> No
     schedule = compile_schedule("cron", spec)
     assert isinstance(schedule, InvalidSchedule)
     assert message in schedule.error
+
+
+def test_a_cron_longer_than_the_limit_is_refused_before_it_is_parsed() -> None:
+    # A valid but huge list: a million items once took 2.7 s of the event loop to parse.
+    huge = ",".join(["1"] * 1_000_000) + " * * * *"
+    cached = _compile_cron.cache_info().currsize
+    schedule = compile_schedule("cron", {"cron": huge})
+    assert isinstance(schedule, InvalidSchedule)
+    assert f"is {len(huge):,} characters long, more than the limit of 1024" in schedule.error
+    assert len(schedule.error) < 300, "the message quotes the start of the expression only"
+    assert _compile_cron.cache_info().currsize == cached, "it never reached the parser"
+    with pytest.raises(CronSyntaxError, match="characters long"):
+        parse_cron(huge)
+    at_limit = "0 8 * * *" + " " * (MAX_CRON_LENGTH - 9)
+    assert cron(at_limit).is_valid
+
+
+@pytest.mark.parametrize("field", range(7))
+def test_every_field_lists_at_most_the_limit_of_items(field: int) -> None:
+    values = ("5", "5", "5", "5", "5", "5", "2030")
+    names = ("minute", "hour", "day-of-month", "month", "day-of-week", "second", "year")
+
+    def expr(items: int) -> str:
+        fields = list(values)
+        fields[field] = ",".join([values[field]] * items)
+        return " ".join(fields)
+
+    assert cron(expr(MAX_LIST_ITEMS)).is_valid
+    refused = cron(expr(MAX_LIST_ITEMS + 1))
+    assert isinstance(refused, InvalidSchedule)
+    assert f"{names[field]} lists 65 items, more than the limit of 64" in refused.error
+
+
+def test_a_zone_name_longer_than_the_limit_is_refused_before_the_lookup() -> None:
+    schedule = cron("0 8 * * *", "Europe/" + "x" * MAX_TZ_LENGTH)
+    assert isinstance(schedule, InvalidSchedule)
+    assert f"has at most {MAX_TZ_LENGTH}" in schedule.error
 
 
 def test_utc_spellings_of_tz_are_plain_utc() -> None:
@@ -218,16 +264,17 @@ def test_every_s_fires_on_the_grid_from_the_arming_time() -> None:
 
 
 def test_every_s_accepts_fractions_and_huge_intervals() -> None:
-    tenth = compile_schedule("cron", {"every_s": 0.1})
-    times = preview(tenth, 0.0, 30, anchor=0.0)
+    assert compile_schedule("cron", {"every_s": MIN_EVERY_S}) == EverySchedule(1.0)
+    one_and_a_half = compile_schedule("cron", {"every_s": 1.5})
+    times = preview(one_and_a_half, 0.0, 30, anchor=0.0)
     assert all(b > a for a, b in zip([0.0, *times], times, strict=False))
-    assert times[-1] == pytest.approx(3.0)
+    assert times[-1] == pytest.approx(45.0)
     huge = compile_schedule("cron", {"every_s": MAX_EVERY_S})
     assert huge.next_after(1.8e9, 1.8e9) == 1.8e9 + MAX_EVERY_S
 
 
 def test_every_s_is_strictly_after_despite_float_rounding() -> None:
-    schedule = compile_schedule("cron", {"every_s": 0.1})
+    schedule = compile_schedule("cron", {"every_s": 1.1})
     anchor = 1_800_000_000.3
     t = anchor
     for _ in range(1000):

@@ -1,0 +1,136 @@
+"""A command program's process group: its stdin, how it ended, and stopping all of it.
+
+A command starts in a process group of its own (`start_new_session`), so the budget, an
+interrupt or the end of the run can stop everything it started, grandchildren included,
+as systemd does with a oneshot service's leftovers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import time
+from collections.abc import Mapping, Sequence
+
+log = logging.getLogger("anyrtd.runner")
+
+KILL_WAIT_S = 5.0
+"""How long to wait for a process group to empty after SIGKILL before giving up on it."""
+_POLL_S = 0.02
+
+
+async def start_in_group(
+    argv: Sequence[str], *, cwd: str | None, env: Mapping[str, str]
+) -> tuple[asyncio.subprocess.Process, int, int]:
+    """Start `argv` in a process group of its own, stdout and stderr on fresh pipes.
+
+    Return the process and the read ends of its stdout and stderr pipes (the caller owns
+    them); raise OSError or ValueError (a NUL byte in argv or env) if it cannot start.
+    """
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=out_w,
+            stderr=err_w,
+            cwd=cwd,
+            env=dict(env),
+            start_new_session=True,  # its own process group: the budget kills all of it
+        )
+    except BaseException:
+        os.close(out_r)
+        os.close(err_r)
+        raise
+    finally:
+        os.close(out_w)
+        os.close(err_w)
+    return proc, out_r, err_r
+
+
+async def feed_stdin(proc: asyncio.subprocess.Process, payload: bytes) -> None:
+    """Write the args to the program's stdin and close it; a program may ignore them."""
+    stdin = proc.stdin
+    if stdin is None:
+        return
+    try:
+        stdin.write(payload)
+        await stdin.drain()
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    finally:
+        stdin.close()
+
+
+def exit_message(argv0: str, returncode: int) -> str:
+    """Return how a command that did not succeed ended: its exit status or the signal."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"command {argv0!r} was killed by {name}"
+    return f"command {argv0!r} exited with status {returncode}"
+
+
+def group_members(pgid: int) -> int:
+    """Return how many live (non-zombie) processes are in group `pgid`; -1 if unknowable."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return 0
+    except PermissionError:
+        return -1  # a member runs as another user: alive, and we cannot inspect it
+    # killpg also reaches zombies, which nobody may reap where pid 1 is not an init;
+    # /proc tells a zombie from a live process.
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return -1
+    alive = 0
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            alive += 1
+    return alive
+
+
+async def _wait_group_empty(pgid: int, seconds: float) -> bool:
+    # Real time on purpose: this waits on the operating system, not on the schedule,
+    # and must end even under a fake clock.
+    deadline = time.monotonic() + seconds
+    while group_members(pgid) != 0:
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(_POLL_S)
+    return True
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+async def kill_group(pgid: int, grace_s: float) -> int:
+    """Empty process group `pgid`: SIGTERM, then SIGKILL after `grace_s`; return how many lived."""
+    members = group_members(pgid)
+    if members == 0:
+        return 0
+    _signal_group(pgid, signal.SIGTERM)
+    if await _wait_group_empty(pgid, grace_s):
+        return members
+    _signal_group(pgid, signal.SIGKILL)
+    if not await _wait_group_empty(pgid, KILL_WAIT_S):
+        log.error("process group %d still has live members %g s after SIGKILL", pgid, KILL_WAIT_S)
+    return members

@@ -1,0 +1,375 @@
+"""Run one program to its end under the budget, and report an honest outcome.
+
+A run ends in one of four ways (docs/programs.md, How a run ends): `ok`, `FAILED` (the
+program raised, exited non-zero, or is not installed here), `incomplete` (it ran past the
+budget and was stopped) or `interrupted` (the daemon stopped it). `Runner.run` never raises
+for anything a program does; it always returns a `RunOutcome`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import inspect
+import json
+import logging
+import os
+import traceback
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from anyrtd.client import ServerClient
+from anyrtd.clock import Clock
+from anyrtd.config import CommandProgram
+from anyrtd.notify import child_environ
+from anyrtd.program import ProgramContext, ProgramFn, RunOutcome, RunRequest, Status
+from anyrtd.programs import BUILTINS
+from anyrtd.runner.capture import Capture, LastLine, LineSink, Pipes, RunLogHandler
+from anyrtd.runner.process import (
+    KILL_WAIT_S,
+    exit_message,
+    feed_stdin,
+    kill_group,
+    start_in_group,
+)
+from anyrtd.runner.resolve import Program, ProgramTable
+from anyrtd.runs import REPLACED, normalize_result, one_line, valid_text
+from anyrtd.vocab import RunStatus
+
+log = logging.getLogger("anyrtd.runner")
+
+_PROGRAM_LOG = logging.getLogger("anyrtd.programs")
+# How long to wait for the output pipes to reach EOF once the program's process is gone.
+_DRAIN_WAIT_S = 2.0
+
+
+class _Flight:
+    """An in-flight run: the stop signal (budget or interrupt) and completion."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, budget_s: float) -> None:
+        self.budget_s = budget_s
+        self.stop: asyncio.Future[str] = loop.create_future()
+        self.done = asyncio.Event()
+
+    def signal(self, why: str) -> None:
+        if not self.stop.done():
+            self.stop.set_result(why)
+
+
+@dataclass
+class _Ended:
+    status: RunStatus
+    error_type: str | None = None
+    error: str | None = None
+    result: dict[str, Any] = field(default_factory=dict)
+
+
+class Runner:
+    """Run programs under the fixed budget and report each run's outcome."""
+
+    def __init__(
+        self,
+        *,
+        client: ServerClient,
+        clock: Clock,
+        agent_name: str,
+        space: str,
+        commands: Mapping[str, CommandProgram],
+        timeout_s: float = 300.0,
+        kill_grace_s: float = 2.0,
+        output_cap: int = 1 << 20,
+        extra_builtins: Mapping[str, ProgramFn] | None = None,
+    ) -> None:
+        if not timeout_s > 0:
+            raise ValueError(f"run budget must be greater than 0 s, got {timeout_s!r}")
+        self._client = client
+        self._clock = clock
+        self._agent_name = agent_name
+        self._space = space
+        self._programs = ProgramTable({**BUILTINS, **(extra_builtins or {})}, commands)
+        self._timeout_s = timeout_s
+        self._kill_grace_s = max(0.0, kill_grace_s)
+        self._output_cap = output_cap
+        self._flights: set[_Flight] = set()
+
+    @property
+    def in_flight(self) -> int:
+        """Return how many runs are executing now."""
+        return len(self._flights)
+
+    @property
+    def timeout_s(self) -> float:
+        return self._timeout_s
+
+    def configure(
+        self,
+        *,
+        commands: Mapping[str, CommandProgram] | None = None,
+        timeout_s: float | None = None,
+    ) -> None:
+        """Take a reloaded program table and budget, and rescan the entry points.
+
+        Runs in flight keep the budget they started with.
+        """
+        if timeout_s is not None:
+            if not timeout_s > 0:
+                raise ValueError(f"run budget must be greater than 0 s, got {timeout_s!r}")
+            self._timeout_s = timeout_s
+        if commands is not None:
+            self._programs.set_commands(commands)
+        self.rescan_entry_points()
+
+    # resolution
+
+    def resolve(self, spec: str) -> Program | None:
+        """Return the program installed here under `spec`, or None."""
+        return self._programs.resolve(spec)
+
+    def install(self, spec: str, main: ProgramFn) -> None:
+        """Add an in-process built-in (the daemon's `internal:` programs) unless one exists."""
+        self._programs.install(spec, main)
+
+    def is_installed(self, spec: str) -> bool:
+        """Return whether `spec` names a program this device can run."""
+        return self.resolve(spec) is not None
+
+    def rescan_entry_points(self) -> None:
+        """Forget the entry-point index so newly installed packages are seen."""
+        self._programs.rescan_entry_points()
+
+    # running
+
+    async def run(self, req: RunRequest) -> RunOutcome:
+        """Run one program to its end, under the budget; never raise for what the program does."""
+        clock = self._clock
+        started_at = clock.now()
+        t0 = clock.monotonic()
+        capture = Capture(self._output_cap)
+        flight = _Flight(asyncio.get_running_loop(), self._timeout_s)
+        self._flights.add(flight)
+        try:
+            ended = await self._execute(req, capture, flight)
+        except Exception as exc:  # a bug of the runner itself must still end the run
+            log.exception("run %s: the runner failed", req.run_id)
+            capture.add_line("".join(traceback.format_exception(exc)))
+            ended = _Ended(
+                RunStatus.FAILED,
+                type(exc).__name__,
+                f"anyrtd runner error: {one_line(str(exc), '')}",
+            )
+        finally:
+            self._flights.discard(flight)
+            flight.done.set()
+        ended_at = clock.now()
+        error_type, error = _valid_or_none(ended.error_type), _valid_or_none(ended.error)
+        if error_type != ended.error_type or error != ended.error:
+            capture.add_line(f"anyrtd: the run's error: {REPLACED}")
+        return RunOutcome(
+            status=cast(Status, ended.status),  # RunStatus members are those same words
+            error_type=error_type,
+            error=error,
+            started_at=started_at,
+            ended_at=max(ended_at, started_at),
+            duration_ms=max(0, round((clock.monotonic() - t0) * 1000)),
+            result=ended.result,
+            output=capture.text(),
+            output_dropped=capture.dropped,
+        )
+
+    async def interrupt_all(self) -> None:
+        """End every in-flight run now as interrupted, and return once all have ended."""
+        flights = list(self._flights)
+        for flight in flights:
+            flight.signal("interrupt")
+        await asyncio.gather(*(f.done.wait() for f in flights))
+
+    async def _execute(self, req: RunRequest, capture: Capture, flight: _Flight) -> _Ended:
+        program = self.resolve(req.program)
+        if program is None:
+            return _Ended(
+                RunStatus.FAILED, "ProgramNotFound", self._programs.not_found(req.program)
+            )
+        budget = asyncio.create_task(self._budget(flight))
+        try:
+            if program.command is not None:
+                return await self._run_command(program, program.command, req, capture, flight)
+            assert program.main is not None
+            return await self._run_in_process(program.main, req, capture, flight)
+        finally:
+            budget.cancel()
+
+    async def _budget(self, flight: _Flight) -> None:
+        await self._clock.sleep(flight.budget_s)
+        flight.signal("budget")
+
+    def _stopped(self, why: str, flight: _Flight) -> _Ended:
+        if why == "budget":
+            return _Ended(
+                RunStatus.INCOMPLETE,
+                "BudgetExceeded",
+                f"ran past the run budget of {flight.budget_s:g} s and was stopped",
+            )
+        return _Ended(RunStatus.INTERRUPTED, None, "the daemon stopped this run")
+
+    def _run_logger(self, req: RunRequest, capture: Capture) -> logging.Logger:
+        # Not registered with logging's manager, so it goes away with the run; its
+        # lines still reach the daemon's handlers through the parent.
+        logger = logging.Logger(f"anyrtd.programs.run.{req.run_id}", logging.INFO)
+        logger.parent = _PROGRAM_LOG
+        logger.addHandler(RunLogHandler(capture))
+        return logger
+
+    async def _run_in_process(
+        self, main: ProgramFn, req: RunRequest, capture: Capture, flight: _Flight
+    ) -> _Ended:
+        ctx = ProgramContext(
+            run_id=req.run_id,
+            trigger_id=req.trigger_id,
+            scheduled_at=req.scheduled_at,
+            device=req.device,
+            agent_name=self._agent_name,
+            space=self._space,
+            log=self._run_logger(req, capture),
+            client=self._client,
+            clock=self._clock,
+        )
+        # A program gets its own copy: editing its args must not touch the daemon's record.
+        args = copy.deepcopy(dict(req.args))
+
+        async def call() -> Mapping[str, Any] | None:
+            value = main(args, ctx)
+            if not inspect.isawaitable(value):
+                raise TypeError(
+                    f"program {req.program!r} returned {type(value).__name__} instead of an "
+                    f"awaitable: define it as async def main(args, ctx)"
+                )
+            return await value
+
+        task = asyncio.create_task(call(), name=f"anyrtd-run-{req.run_id}")
+        stopped: str | None = None
+        try:
+            await asyncio.wait(_futures(task, flight.stop), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not task.done():
+                stopped = flight.stop.result() if flight.stop.done() else "cancelled"
+                task.cancel()
+                await self._settle(task, req)
+        if stopped is not None:
+            return self._stopped(stopped, flight)
+        if task.cancelled():
+            return _Ended(RunStatus.FAILED, "CancelledError", "the program was cancelled")
+        exc = task.exception()
+        if exc is not None:
+            capture.add_line("".join(traceback.format_exception(exc)))
+            return _Ended(
+                RunStatus.FAILED, type(exc).__name__, one_line(str(exc), type(exc).__name__)
+            )
+        result, notes = normalize_result(task.result())
+        for note in notes:
+            capture.add_line(f"anyrtd: {note}")
+        return _Ended(RunStatus.OK, result=result)
+
+    async def _settle(self, task: asyncio.Task[Any], req: RunRequest) -> None:
+        """Give a cancelled program the grace period to unwind; abandon it past that."""
+        done, _ = await asyncio.wait({task}, timeout=self._kill_grace_s)
+        if not done:
+            log.warning(
+                "run %s: program %s ignored cancellation for %g s; abandoning it",
+                req.run_id,
+                req.program,
+                self._kill_grace_s,
+            )
+        elif not task.cancelled():
+            task.exception()  # retrieved, so asyncio does not report it as never seen
+
+    def _command_env(self, cmd: CommandProgram, req: RunRequest) -> dict[str, str]:
+        # The notify variables are for the daemon alone: a child must not ping its watchdog.
+        env = {**child_environ(os.environ), **cmd.env}
+        env.update(
+            ANYRTD_RUN_ID=req.run_id,
+            ANYRTD_TRIGGER_ID=req.trigger_id or "",
+            ANYRTD_SCHEDULED_AT="" if req.scheduled_at is None else repr(req.scheduled_at),
+            ANYRTD_DEVICE=req.device,
+            ANYRTD_SPACE=self._space,
+            ANYRTD_SERVER=self._client.base_url,
+            ANYRTD_AGENT_NAME=self._agent_name,
+            ANYRTD_PROGRAM=req.program,
+        )
+        return env
+
+    async def _run_command(
+        self,
+        program: Program,
+        cmd: CommandProgram,
+        req: RunRequest,
+        capture: Capture,
+        flight: _Flight,
+    ) -> _Ended:
+        payload = json.dumps(dict(req.args), default=str).encode() + b"\n"
+        try:
+            proc, out_r, err_r = await start_in_group(
+                cmd.argv, cwd=cmd.cwd, env=self._command_env(cmd, req)
+            )
+        except (OSError, ValueError) as exc:  # ValueError: a NUL byte in argv or env
+            reason = getattr(exc, "strerror", None) or str(exc)
+            return _Ended(
+                RunStatus.FAILED,
+                type(exc).__name__,
+                f"cannot start command {cmd.argv[0]!r}: {reason}; check argv in the local "
+                f'config\'s [programs."{program.spec}"] table',
+            )
+        pgid = proc.pid
+        last_line = LastLine()
+        pipes = Pipes()
+        await pipes.connect(out_r, LineSink(capture, last_line))
+        await pipes.connect(err_r, LineSink(capture))
+        feeder = asyncio.create_task(feed_stdin(proc, payload))
+        waiter = asyncio.create_task(proc.wait())
+        why: str | None = None
+        try:
+            await asyncio.wait(_futures(waiter, flight.stop), return_when=asyncio.FIRST_COMPLETED)
+            why = None if waiter.done() else flight.stop.result()
+        finally:
+            # On budget, interrupt, or our own cancellation: nothing of the group survives.
+            # After a normal exit, whatever the program left in its group goes too, as
+            # systemd does with a oneshot service's leftovers.
+            killed = await kill_group(pgid, self._kill_grace_s)
+            if killed and why is None and waiter.done():
+                capture.add_line(
+                    f"anyrtd: the program exited leaving {killed} process(es) in its group; "
+                    "they were terminated"
+                )
+            if not waiter.done():
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(waiter), KILL_WAIT_S)
+            await pipes.drain(_DRAIN_WAIT_S)
+            feeder.cancel()
+            if not waiter.done():
+                waiter.cancel()
+        if why is not None:
+            return self._stopped(why, flight)
+        rc = waiter.result()
+        result: dict[str, Any] = {}
+        line = last_line.finish()
+        if line is not None:
+            try:
+                parsed = json.loads(line)
+            except ValueError:
+                parsed = None
+            if isinstance(parsed, dict):
+                result, notes = normalize_result(parsed)
+                for note in notes:
+                    capture.add_line(f"anyrtd: {note}")
+        if rc == 0:
+            return _Ended(RunStatus.OK, result=result)
+        return _Ended(RunStatus.FAILED, "ExitCode", exit_message(cmd.argv[0], rc), result)
+
+
+def _valid_or_none(text: str | None) -> str | None:
+    return None if text is None else valid_text(text)[0]
+
+
+def _futures(*futs: asyncio.Future[Any]) -> set[asyncio.Future[Any]]:
+    return set(futs)
