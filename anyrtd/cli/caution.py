@@ -58,6 +58,8 @@ def seconds_first(expr: str) -> str | None:
         said += f", in hour{'s' if len(hours) > 1 else ''} {_few(hours)}"
     if not (parsed.dom_any and parsed.dow_any) or parsed.months != 0b1111111111110:
         said += ", on the days it names"
+    elif parsed.years is not None:
+        said += ", in the years it names"
     elif len(hours) == 24:
         said += f": {len(seconds) * len(minutes)} fires an hour"
     fields = expr.split()
