@@ -532,6 +532,8 @@ def test_watch_prints_successive_tables_until_ctrl_c(stack: Stack) -> None:
     try:
         deadline = time.monotonic() + 30
         while heads < 3 and time.monotonic() < deadline:
+            if not select.select([proc.stdout], [], [], 0.2)[0]:
+                continue  # nothing yet: look at the deadline again
             line = proc.stdout.readline()
             if line.startswith("every 0.2s, Ctrl-C stops; "):
                 assert line.rstrip().endswith(" UTC")
