@@ -77,12 +77,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cli, Serve
             f'argv = ["{PY}", "-c", "raise SystemExit(4)"]',
         ),
     )
-    empty = tmp / "empty.toml"
-    empty.write_text("")
     try:
         served.start()
         env = {
-            "ANYRTD_CONFIG": str(empty),
+            # The daemon's own config: the CLI checks programs against this device's table.
+            "ANYRTD_CONFIG": str(served.config),
             "ANYRTD_SERVER": devserver.url,
             "ANYRTD_LISTEN": served.listen,
             "ANYRTD_STATE_DIR": str(served.state),
@@ -180,6 +179,7 @@ def test_every_contrib_record_is_one_the_daemon_accepts(cli: Cli) -> None:
             "--id",
             f"contrib-{n}",
             "--disabled",
+            "--yes",  # disk-report's program is declared only by the example config
             "--json",
         )
         assert json.loads(result.stdout)["enabled"] is False
@@ -434,7 +434,10 @@ def test_trigger_ids_complete_from_the_running_daemon(cli: Cli) -> None:
 
     from conftest import anyrtd_command
 
-    cli("triggers", "create", "--id", "cli-complete", "--every", "3600", "--program", "a:b@v1")
+    cli(
+        "triggers", "create", "--id", "cli-complete", "--every", "3600", "--program", "a:b@v1",
+        "--yes",
+    )  # fmt: skip
     cli.adopted("cli-complete")
     out = subprocess.run(
         anyrtd_command(),

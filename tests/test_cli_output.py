@@ -39,14 +39,13 @@ def test_an_interrupted_run_shows_why_without_an_empty_error_type(tmp_path: Path
             f'argv = ["{sys.executable}", "-c", "{SLEEPER}", "{pid_file}"]',
         ),
     )
-    empty = tmp_path / "empty.toml"
-    empty.write_text("")
     try:
         devserver.start()
         served.server_url = devserver.url
         served.start()
         env = {
-            "ANYRTD_CONFIG": str(empty),
+            # The daemon's own config: the CLI checks the program against this device's table.
+            "ANYRTD_CONFIG": str(served.config),
             "ANYRTD_SERVER": devserver.url,
             "ANYRTD_LISTEN": served.listen,
         }

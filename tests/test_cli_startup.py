@@ -64,6 +64,31 @@ def test_client_commands_do_not_import_the_daemon_side(
         assert "cannot reach the daemon" in result.stderr
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("schedule", "preview", "*/15 * * * * *", "-n", "2"),
+        ("schedule", "preview", "--every", "30"),
+        ("programs", "list"),
+        ("triggers", "apply", "--help"),
+        ("triggers", "list", "--watch", "--help"),
+    ],
+)
+def test_local_commands_do_not_import_the_daemon_side(
+    tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    # These need no daemon: they answer from the schedule module and this device's config.
+    result, modules = imported(tmp_path, *args)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert heavy(modules) == []
+
+
+def test_a_preview_does_not_even_import_the_http_client(tmp_path: Path) -> None:
+    result, modules = imported(tmp_path, "schedule", "preview", "0 8 * * *")
+    assert result.returncode == 0 and "in UTC" in result.stdout
+    assert not {m for m in modules if m.split(".")[0] in ("httpx", "asyncio")}
+
+
 def test_help_does_not_even_import_the_http_client(tmp_path: Path) -> None:
     result, modules = imported(tmp_path, "--help")
     assert result.returncode == 0 and "triggers" in result.stdout

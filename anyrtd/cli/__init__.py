@@ -14,7 +14,9 @@ from anyrtd import __version__
 from anyrtd.cli.devices import devices, election
 from anyrtd.cli.devserver import devserver
 from anyrtd.cli.doctor import doctor
+from anyrtd.cli.programs import programs
 from anyrtd.cli.runs import runs
+from anyrtd.cli.schedule import schedule
 from anyrtd.cli.serve import db, dev, serve
 from anyrtd.cli.shared import Shared, shared_options
 from anyrtd.cli.triggers import triggers
@@ -30,6 +32,8 @@ def main(ctx: click.Context) -> None:
 
 
 for _command in (serve, db, devserver, dev, triggers, runs, election, devices, doctor):
+    main.add_command(_command)
+for _command in (schedule, programs):
     main.add_command(_command)
 
 __all__ = ["main"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping, Sequence
+from datetime import datetime, tzinfo
 from typing import Any
 
 from anyrtd.vocab import Kind, is_stamp, is_unassigned
@@ -22,15 +23,53 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
-def when(ts: Any, now: float) -> str:
-    """Return a local time with how far it is from now: `2026-11-30 08:00:00 (in 3h)`."""
-    if not isinstance(ts, int | float) or isinstance(ts, bool):
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def clock(ts: Any) -> str:
+    """Return a local time with its zone: `2026-11-30 08:00:00 CET`."""
+    if not _number(ts):
         return "-"
     try:
-        text = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+        return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(ts))
     except (OverflowError, OSError, ValueError):
         return str(ts)
-    return f"{text} ({relative(ts - now)})"
+
+
+def when(ts: Any, now: float) -> str:
+    """Return a local time, its zone and how far off it is: `2026-11-30 08:00:00 CET (in 3h)`."""
+    text = clock(ts)
+    return f"{text} ({relative(ts - now)})" if _number(ts) and text != str(ts) else text
+
+
+def zoned(ts: float, zone: tzinfo | None) -> str:
+    """Return a time in `zone` (None: this machine's) with its weekday, abbreviation and offset."""
+    if zone is None:
+        moment = datetime.fromtimestamp(ts).astimezone()
+    else:
+        moment = datetime.fromtimestamp(ts, zone)
+    offset = moment.strftime("%z")
+    return moment.strftime("%a %Y-%m-%d %H:%M:%S %Z ") + f"{offset[:3]}:{offset[3:]}"
+
+
+def lateness(started: Any, scheduled: Any) -> str:
+    """Return how late a run started (`startedAt - scheduledAt`); blank for a manual run."""
+    if not _number(started) or not _number(scheduled):
+        return ""
+    late = started - scheduled
+    sign = "-" if late < 0 else ""
+    late = abs(late)
+    if late < 60:
+        return sign + duration(late * 1000)
+    parts: list[str] = []
+    for size, unit in ((86400, "d"), (3600, "h"), (60, "m"), (1, "s")):
+        if late >= size or parts:
+            parts.append(f"{int(late // size)}{unit}")
+            late %= size
+        if len(parts) == 2:
+            break
+    return sign + " ".join(parts)
 
 
 def relative(delta: float) -> str:
@@ -61,17 +100,11 @@ def schedule(kind: Any, spec: Any) -> str:
     if kind == Kind.CRON:
         if "cron" in spec:
             tz = spec.get("tz")
-            return f"{spec['cron']}" + (f" ({tz})" if tz else "")
+            return f"{spec['cron']} ({tz or 'UTC'})"
         if "every_s" in spec:
             return f"every {spec['every_s']}s"
     if kind == Kind.ONCE and "at" in spec:
-        at = spec["at"]
-        if isinstance(at, int | float) and not isinstance(at, bool):
-            try:
-                return "at " + time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
-            except (OverflowError, OSError, ValueError):
-                pass
-        return f"at {at}"
+        return f"at {clock(spec['at']) if _number(spec['at']) else spec['at']}"
     if kind == Kind.EVENT:
         return f"on {spec.get('dataset', '?')} of {short(str(spec.get('objectId', '?')))}"
     return json.dumps(spec, separators=(",", ":"))[:40]

@@ -29,18 +29,21 @@ def runs() -> None:
 
 
 def runs_table(items: list[dict[str, Any]], now: float) -> str:
+    """Return runs as a table; LATE is `startedAt - scheduledAt`, blank for a manual run."""
     rows = [
         [
             r["runId"],
             str(r.get("triggerId") or "-"),
             fmt.when(r.get("startedAt"), now),
+            fmt.lateness(r.get("startedAt"), r.get("scheduledAt")),
             str(r.get("status")),
             fmt.duration(r.get("durationMs")),
             one_line(str(r.get("errorType") or r.get("title") or ""))[:40],
         ]
         for r in items
     ]
-    return fmt.table(["RUN", "TRIGGER", "STARTED", "STATUS", "DURATION", "NOTE"], rows)
+    headers = ["RUN", "TRIGGER", "STARTED", "LATE", "STATUS", "DURATION", "NOTE"]
+    return fmt.table(headers, rows)
 
 
 @runs.command("list")
@@ -81,6 +84,7 @@ def print_run(run: Mapping[str, Any]) -> None:
         ("device", run.get("device")),
         ("scheduled", fmt.when(run["scheduledAt"], now) if run.get("scheduledAt") else "by hand"),
         ("started", fmt.when(run.get("startedAt"), now)),
+        ("late", fmt.lateness(run.get("startedAt"), run.get("scheduledAt")) or "-"),
         ("ended", fmt.when(run.get("endedAt"), now)),
         ("duration", fmt.duration(run.get("durationMs"))),
         ("status", run.get("status")),

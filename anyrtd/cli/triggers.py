@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import time
 from collections.abc import Callable, Mapping
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import datetime, tzinfo
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from anyrtd.cli import format as fmt
+from anyrtd.cli.caution import confirm
 from anyrtd.cli.runs import print_run, runs_table
 from anyrtd.cli.shared import (
     client_command,
@@ -27,6 +30,7 @@ from anyrtd.cli.shared import (
     emit_json,
     json_option,
     on_server,
+    one_line,
     path_id,
 )
 from anyrtd.config import Config
@@ -50,23 +54,18 @@ def _peer_of(ctl: ControlClient) -> str | None:
     return peer if isinstance(peer, str) else None
 
 
-@triggers.command("list")
-@client_command
-@click.option("--all", "everything", is_flag=True, help="Also records this device does not hold.")
-@json_option
-def triggers_list(config: Config, everything: bool, as_json: bool) -> None:
-    """List the triggers in this device's registry."""
-    with control(config) as ctl:
-        items = ctl.get("/triggers", all="true" if everything else None)
-        if as_json:
-            emit_json(items)
-            return
-        me = _peer_of(ctl)
-    if not items:
-        hint = "" if everything else " (--all shows records held elsewhere)"
-        click.echo(f"no triggers on this device{hint}")
-        return
-    now = time.time()
+def _by_next_fire(t: Mapping[str, Any]) -> tuple[int, float, str]:
+    nxt = t.get("nextFire")
+    if isinstance(nxt, int | float) and not isinstance(nxt, bool):
+        return (0, float(nxt), str(t.get("id")))
+    return (1, 0.0, str(t.get("id")))
+
+
+def triggers_table(items: list[dict[str, Any]], me: str | None, now: float, sort: str) -> str:
+    """Return the triggers as a table, soonest next fire first (or in id order)."""
+    key: Callable[[Mapping[str, Any]], tuple[int, float, str]] = (
+        _by_next_fire if sort == "next" else (lambda t: (0, 0.0, str(t.get("id"))))
+    )
     rows = [
         [
             t["id"],
@@ -77,10 +76,80 @@ def triggers_list(config: Config, everything: bool, as_json: bool) -> None:
             fmt.when(t["nextFire"], now) if t.get("nextFire") else f"({t.get('state')})",
             str(t.get("lastStatus") or "-"),
         ]
-        for t in items
+        for t in sorted(items, key=key)
     ]
     headers = ["ID", "KIND", "SCHEDULE", "OWNER", "ENABLED", "NEXT FIRE", "LAST STATUS"]
-    click.echo(fmt.table(headers, rows))
+    return fmt.table(headers, rows)
+
+
+def _listing(ctl: ControlClient, everything: bool, sort: str) -> str:
+    items = ctl.get("/triggers", all="true" if everything else None)
+    if not items:
+        hint = "" if everything else " (--all shows records held elsewhere)"
+        return f"no triggers on this device{hint}"
+    return triggers_table(items, _peer_of(ctl), time.time(), sort)
+
+
+CLEAR = "\x1b[H\x1b[2J"
+"""ANSI: cursor home, then erase the screen (a redraw in place on a terminal)."""
+
+
+def _watch(config: Config, everything: bool, sort: str, every: float) -> None:
+    """Redraw the listing every `every` seconds until Ctrl-C."""
+    from anyrtd.cli.control import ControlError, ControlUnreachable
+
+    tty = sys.stdout.isatty()
+    try:
+        with control(config) as ctl:
+            while True:
+                try:
+                    body = _listing(ctl, everything, sort)
+                except (ControlUnreachable, ControlError) as exc:
+                    body = f"(not this time: {one_line(str(exc))})"
+                stamp = fmt.clock(time.time())
+                head = f"every {every:g}s, Ctrl-C stops; {stamp}"
+                if tty:
+                    click.echo(CLEAR + head + "\n\n" + body)
+                else:
+                    click.echo(head + "\n" + body + "\n")
+                time.sleep(every)
+    except KeyboardInterrupt:
+        return
+
+
+@triggers.command("list")
+@client_command
+@click.option("--all", "everything", is_flag=True, help="Also records this device does not hold.")
+@click.option(
+    "--sort",
+    type=click.Choice(["next", "id"]),
+    default="next",
+    show_default=True,
+    help="Soonest next fire first, or id order.",
+)
+@click.option("--watch", is_flag=True, help="Redraw the list every --interval s until Ctrl-C.")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.1),
+    default=2.0,
+    show_default=True,
+    help="Seconds between redraws with --watch.",
+)
+@json_option
+def triggers_list(
+    config: Config, everything: bool, sort: str, watch: bool, interval: float, as_json: bool
+) -> None:
+    """List the triggers in this device's registry, soonest next fire first."""
+    if watch:
+        if as_json:
+            raise click.UsageError("--watch draws a table: drop --json")
+        _watch(config, everything, sort, interval)
+        return
+    with control(config) as ctl:
+        if as_json:
+            emit_json(ctl.get("/triggers", all="true" if everything else None))
+            return
+        click.echo(_listing(ctl, everything, sort))
 
 
 @triggers.command("show")
@@ -140,8 +209,9 @@ def triggers_show(config: Config, trigger_id: str, as_json: bool) -> None:
         click.echo("no runs on this device yet")
 
 
-def _parse_at(text: str, now: float) -> float:
-    """Read `--at`: epoch seconds, an ISO 8601 time (local when no offset), or `+10m`."""
+def parse_at(text: str, now: float, zone: tzinfo | None = None) -> float:
+    """Read `--at`: epoch seconds, an ISO 8601 time (in `zone`, else local, when it has no
+    offset), or `+10m`."""
     relative = re.fullmatch(r"\+(\d+(?:\.\d+)?)([smhd]?)", text.strip())
     if relative:
         unit = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[relative.group(2)]
@@ -157,6 +227,8 @@ def _parse_at(text: str, now: float) -> float:
             f"{text!r}: give epoch seconds, an ISO 8601 time (2027-01-15T08:00) or +10m",
             param_hint="--at",
         ) from None
+    if moment.tzinfo is None and zone is not None:
+        moment = moment.replace(tzinfo=zone)
     return moment.timestamp()
 
 
@@ -222,7 +294,7 @@ def _definition(opts: Mapping[str, Any], now: float) -> dict[str, Any]:
             kind=Kind.CRON.value, spec={"every_s": int(every) if every == int(every) else every}
         )
     elif opts.get("at") is not None:
-        at = _parse_at(opts["at"], now)
+        at = parse_at(opts["at"], now)
         fields.update(kind=Kind.ONCE.value, spec={"at": int(at) if at == int(at) else at})
     elif opts.get("event_chat") is not None:
         spec = {"dataset": "chat_messages", "objectId": opts["event_chat"]}
@@ -275,6 +347,34 @@ async def _placeholders(records: Records, fields: dict[str, Any]) -> dict[str, A
     return {k: fill_placeholders(v, known) for k, v in fields.items()}
 
 
+YES_OPTION = click.option(
+    "--yes", "-y", is_flag=True, help="Write even if it looks like a mistake (do not ask)."
+)
+
+
+async def _concerns(
+    records: Records,
+    config: Config,
+    stored: Mapping[str, Any] | None,
+    changed: Mapping[str, Any],
+) -> tuple[list[str], list[str]]:
+    """Return (warnings, notes) on the likely mistakes in what a write changes."""
+    from anyrtd.cli.caution import placement, schedule_warnings
+
+    merged = {**(stored or {}), **changed}
+    warnings: list[str] = []
+    notes: list[str] = []
+    if stored is None or {"kind", "spec"} & set(changed):
+        warnings += schedule_warnings(merged.get("kind"), merged.get("spec"), time.time())
+    program, owner = merged.get("program"), merged.get("owner")
+    if (stored is None or {"program", "owner"} & set(changed)) and isinstance(program, str):
+        more, notes = await placement(
+            records, config, owner if isinstance(owner, str) else "", program
+        )
+        warnings += more
+    return warnings, notes
+
+
 def _adopt_hint(owner: str) -> str:
     if not is_unassigned(owner):
         return f"the device {fmt.short(owner)} adopts it within one tick"
@@ -293,6 +393,7 @@ def _adopt_hint(owner: str) -> str:
 @definition_options
 @click.option("--disabled", is_flag=True, help="Create it disabled.")
 @click.option("--force", is_flag=True, help="Pin to --owner even if no such device is listed.")
+@YES_OPTION
 @json_option
 def triggers_create(
     config: Config,
@@ -300,6 +401,7 @@ def triggers_create(
     file: Path | None,
     disabled: bool,
     force: bool,
+    yes: bool,
     as_json: bool,
     **opts: Any,
 ) -> None:
@@ -335,6 +437,8 @@ def triggers_create(
         if owner is not None:
             filled["owner"] = owner
         filled.setdefault("owner", "")
+        await records.create(rid, filled, dry_run=True)
+        confirm(*await _concerns(records, config, None, filled), yes)
         await records.create(rid, filled)
         return filled
 
@@ -353,6 +457,7 @@ def triggers_create(
 @click.option("--set", "set_pairs", multiple=True, metavar="FIELD=JSON", help="Set any field.")
 @click.option("--unset", "unset_fields", multiple=True, metavar="FIELD", help="Remove a field.")
 @click.option("--force", is_flag=True, help="Pin to --owner even if no such device is listed.")
+@YES_OPTION
 @json_option
 def triggers_edit(
     config: Config,
@@ -360,6 +465,7 @@ def triggers_edit(
     set_pairs: tuple[str, ...],
     unset_fields: tuple[str, ...],
     force: bool,
+    yes: bool,
     as_json: bool,
     **opts: Any,
 ) -> None:
@@ -383,13 +489,15 @@ def triggers_edit(
         if owner is not None:
             fields["owner"] = owner
         filled = await _placeholders(records, fields)
+        stored = await records.need(trigger_id)
         if filled.get("spec") is not None and "kind" not in filled:
-            stored = await records.need(trigger_id)
             if stored.fields.get("kind") == Kind.ONCE:
                 # A once takes lastRunAt as its consumed state: a new `at` re-arms the shot.
                 unset_fields_list.append(RollupField.LAST_RUN_AT.value)
         elif filled.get("kind") == Kind.ONCE:
             unset_fields_list.append(RollupField.LAST_RUN_AT.value)
+        await records.update(trigger_id, filled, unset_fields_list, dry_run=True)
+        confirm(*await _concerns(records, config, stored.fields, filled), yes)
         await records.update(trigger_id, filled, unset_fields_list)
         return filled
 
@@ -399,6 +507,176 @@ def triggers_edit(
         return
     names = ", ".join(sorted(changed) + [f"-{k}" for k in unset_fields_list])
     click.echo(f"updated {trigger_id} ({names}); the owning device applies it within one tick")
+
+
+@dataclass
+class Planned:
+    """What `apply` does to one record: create, update or nothing, field by field."""
+
+    id: str
+    action: str  # create, update or unchanged
+    fields: dict[str, Any]
+    before: dict[str, Any] | None
+    unset: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        before = self.before or {}
+        return {
+            "id": self.id,
+            "action": self.action,
+            "changes": [
+                {"field": k, "from": before.get(k), "to": v} for k, v in sorted(self.fields.items())
+            ],
+            "unset": [{"field": k, "from": before.get(k)} for k in self.unset],
+        }
+
+    def lines(self) -> list[str]:
+        said = [f"{self.action} {self.id}"]
+        before = self.before or {}
+        for key, value in sorted(self.fields.items()):
+            if key in before:
+                said.append(f"  ~ {key}: {fmt.compact(before[key])} -> {fmt.compact(value)}")
+            else:
+                said.append(f"  + {key}: {fmt.compact(value)}")
+        for key in self.unset:
+            said.append(f"  - {key}: {fmt.compact(before.get(key))} (a new at re-arms the once)")
+        return said
+
+
+def _read_json(file: Path, hint: str) -> Any:
+    try:
+        with click.open_file(str(file), encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise click.BadParameter(f"{file}: {exc.strerror}", param_hint=hint) from None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise click.BadParameter(f"{file}: not valid JSON: {exc}", param_hint=hint) from None
+
+
+def _wanted(value: Any) -> list[tuple[str, dict[str, Any]]]:
+    """Return (id, fields) for each record of an `apply` file; refuse what cannot be applied."""
+    items = value if isinstance(value, list) else [value]
+    wanted: list[tuple[str, dict[str, Any]]] = []
+    for n, item in enumerate(items, 1):
+        where = f"record {n}" if isinstance(value, list) else "the record"
+        if not isinstance(item, dict):
+            raise click.BadParameter(f"{where} is not a JSON object", param_hint="--file")
+        rid = item.get("id")
+        if not isinstance(rid, str) or not rid:
+            raise click.BadParameter(
+                f'{where} has no "id": apply finds the record to create or update by its id',
+                param_hint="--file",
+            )
+        runtime = sorted(set(item) & {f.value for f in RollupField})
+        if runtime:
+            raise click.BadParameter(
+                f"{rid}: {', '.join(runtime)} {'is' if len(runtime) == 1 else 'are'} written "
+                "by the owning device after each run: drop them from the file",
+                param_hint="--file",
+            )
+        if any(rid == other for other, _ in wanted):
+            raise click.BadParameter(f"{rid} is in the file twice", param_hint="--file")
+        fields = {k: v for k, v in item.items() if k != "id" and not k.startswith("_")}
+        wanted.append((rid, fields))
+    if not wanted:
+        raise click.BadParameter("the list is empty: nothing to apply", param_hint="--file")
+    return wanted
+
+
+async def _plan(records: Records, rid: str, fields: dict[str, Any], force: bool) -> Planned:
+    """Return what applying `fields` to the record `rid` changes, checked as the write would be."""
+    from anyrtd.control.writes import check_id
+
+    check_id(rid)
+    filled = await _placeholders(records, fields)
+    owner = filled.get("owner")
+    if isinstance(owner, str) and owner and not is_unassigned(owner):
+        filled["owner"] = await _owner(records, owner, force)
+    stored = await records.get(rid)
+    if stored is None:
+        filled.setdefault("owner", "")
+        await records.create(rid, filled, dry_run=True)
+        return Planned(rid, "create", filled, None)
+    before = stored.fields
+    if isinstance(owner, str) and is_unassigned(owner):
+        # "owner": "" in a file asks for no pin: a claim by the active device stays.
+        filled.pop("owner")
+    changed = {k: v for k, v in filled.items() if k not in before or before[k] != v}
+    unset: list[str] = []
+    kind = filled.get("kind", before.get("kind"))
+    last_run = RollupField.LAST_RUN_AT.value
+    if {"spec", "kind"} & set(changed) and kind == Kind.ONCE and last_run in before:
+        # A once takes lastRunAt as its consumed state: a new `at` re-arms the shot.
+        unset.append(last_run)
+    if not changed and not unset:
+        return Planned(rid, "unchanged", {}, before)
+    await records.update(rid, changed, unset, dry_run=True)
+    return Planned(rid, "update", changed, before, unset)
+
+
+@triggers.command("apply")
+@client_command
+@click.option(
+    "-f",
+    "--file",
+    "file",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path, allow_dash=True),
+    help="A JSON record, or a list of them ('-' reads stdin).",
+)
+@click.option("--dry-run", is_flag=True, help="Show what would change; write nothing.")
+@click.option("--force", is_flag=True, help="Pin to an owner no device in the registry has.")
+@YES_OPTION
+@json_option
+def triggers_apply(
+    config: Config, file: Path, dry_run: bool, force: bool, yes: bool, as_json: bool
+) -> None:
+    """Create or update triggers from a JSON file, showing what changes field by field."""
+    wanted = _wanted(_read_json(file, "--file"))
+
+    async def work(records: Records) -> list[Planned]:
+        plan = [await _plan(records, rid, fields, force) for rid, fields in wanted]
+        warnings: list[str] = []
+        notes: list[str] = []
+        for item in plan:
+            if item.action == "unchanged":
+                continue
+            more, also = await _concerns(records, config, item.before, item.fields)
+            warnings += [f"{item.id}: {w}" for w in more]
+            notes += [f"{item.id}: {n}" for n in also]
+        if not as_json:
+            for item in plan:
+                click.echo("\n".join(item.lines()))
+        if dry_run:
+            confirm(warnings, notes, yes=True)  # said, not asked: nothing is written
+            return plan
+        confirm(warnings, notes, yes)
+        for item in plan:
+            if item.action == "create":
+                await records.create(item.id, item.fields)
+            elif item.action == "update":
+                await records.update(item.id, item.fields, item.unset)
+        return plan
+
+    plan = on_server(config, work)
+    if as_json:
+        emit_json({"dryRun": dry_run, "records": [item.to_json() for item in plan]})
+        return
+    counts = {a: sum(1 for p in plan if p.action == a) for a in ("create", "update", "unchanged")}
+    if dry_run:
+        click.echo(
+            f"dry run: {counts['create']} to create, {counts['update']} to update, "
+            f"{counts['unchanged']} unchanged; nothing was written"
+        )
+    elif counts["create"] or counts["update"]:
+        click.echo(
+            f"applied: {counts['create']} created, {counts['update']} updated, "
+            f"{counts['unchanged']} unchanged; the owning devices pick it up within one tick"
+        )
+    else:
+        click.echo(f"nothing to change: {counts['unchanged']} unchanged")
 
 
 def state_line(t: Mapping[str, Any], now: float) -> str:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from anyrtd.client import DevicesView, ServerClient, Upsert
-from anyrtd.model import Malformed, TriggerDef, parse_record, spec_error
+from anyrtd.model import STANDING_BUILTINS, Malformed, TriggerDef, parse_record, spec_error
 from anyrtd.places import BUNDLE, Places, resolve_places
 from anyrtd.programs.chat import GENERAL_CHAT_SEED
 from anyrtd.vocab import is_unassigned
@@ -64,6 +64,23 @@ def check_record(trigger_id: str, fields: Mapping[str, Any]) -> TriggerDef:
     return parsed
 
 
+STANDING_FIELDS = frozenset({"name", "kind", "spec", "program", "owner"})
+"""The fields of a standing built-in's record that the code owns (docs/election.md)."""
+
+
+def check_standing(trigger_id: str, fields: Iterable[str]) -> None:
+    """Refuse a write to the code-owned fields of a standing built-in's record."""
+    if trigger_id not in STANDING_BUILTINS:
+        return
+    owned = sorted(STANDING_FIELDS.intersection(fields))
+    if owned:
+        raise WriteError(
+            f"trigger {trigger_id} is a standing built-in: its {', '.join(owned)} are anyrtd's "
+            f"own (docs/election.md); only enabled can change (`anyrtd triggers disable "
+            f"{trigger_id}`)"
+        )
+
+
 class Records:
     """The trigger records of one agent space, through the server client."""
 
@@ -102,28 +119,41 @@ class Records:
             )
         return stored
 
-    async def create(self, trigger_id: str, fields: Mapping[str, Any]) -> TriggerDef:
-        """Write a new record; refuse an id in use."""
+    async def create(
+        self, trigger_id: str, fields: Mapping[str, Any], *, dry_run: bool = False
+    ) -> TriggerDef:
+        """Write a new record; refuse an id in use. `dry_run` checks and writes nothing."""
         check_id(trigger_id)
+        check_standing(trigger_id, fields)
         defn = check_record(trigger_id, fields)
         if await self.get(trigger_id) is not None:
             raise WriteError(
                 f"trigger {trigger_id} exists: change it with `anyrtd triggers edit {trigger_id}`"
             )
+        if dry_run:
+            return defn
         places = await self.places()
         await self.client.replace(places.triggers, trigger_id, dict(fields))
         return defn
 
     async def update(
-        self, trigger_id: str, fields: Mapping[str, Any], unset: Iterable[str] = ()
+        self,
+        trigger_id: str,
+        fields: Mapping[str, Any],
+        unset: Iterable[str] = (),
+        *,
+        dry_run: bool = False,
     ) -> TriggerDef:
         """Change some fields of an existing record (a field-level write), checked first."""
         stored = await self.need(trigger_id)
         unset = [k for k in unset if k not in fields]
+        check_standing(trigger_id, [*fields, *unset])
         merged = {**stored.fields, **fields}
         for key in unset:
             merged.pop(key, None)
         defn = check_record(trigger_id, merged)
+        if dry_run:
+            return defn
         places = await self.places()
         await self.client.upsert(places.triggers, [Upsert(trigger_id, dict(fields), unset)])
         return defn
