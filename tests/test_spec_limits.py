@@ -165,6 +165,7 @@ def test_the_cli_refuses_what_the_daemon_would_mark(
         "0 0 1 1 * 0 2090",
         "--program",
         "test:echo@v1",
+        "--yes",  # test:echo@v1 is the daemon's own, not in this CLI's program table
     )
     assert out.returncode == 0, (out.stdout, out.stderr)
     assert trigger(served, "later", marked=False)["marker"] is None
