@@ -16,6 +16,7 @@ from anyrtd.cli.devserver import devserver
 from anyrtd.cli.doctor import doctor
 from anyrtd.cli.runs import runs
 from anyrtd.cli.serve import db, dev, serve
+from anyrtd.cli.service import service
 from anyrtd.cli.shared import Shared, shared_options
 from anyrtd.cli.triggers import triggers
 
@@ -29,7 +30,7 @@ def main(ctx: click.Context) -> None:
     ctx.ensure_object(Shared)
 
 
-for _command in (serve, db, devserver, dev, triggers, runs, election, devices, doctor):
+for _command in (serve, db, devserver, dev, triggers, runs, election, devices, doctor, service):
     main.add_command(_command)
 
 __all__ = ["main"]
