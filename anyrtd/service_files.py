@@ -228,7 +228,7 @@ class LaunchdTarget:
     config_path: Path
     config_text: str
     dirs: tuple[tuple[Path, int, str | None], ...]
-    """(directory, mode, owner or None for the invoking user), in creation order."""
+    """(directory, mode, owning account or None for whoever runs the install), in order."""
     domain: str
     log_path: Path
     state_dir: Path
@@ -277,7 +277,7 @@ def launchd_target(
         dirs=(
             (state, 0o700, account),
             (log.parent, 0o750, account),
-            (config.parent, 0o755, "root"),
+            (config.parent, 0o755, None),
         ),
         domain="system",
         log_path=log,

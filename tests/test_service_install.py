@@ -173,7 +173,7 @@ def test_the_launch_daemon_runs_this_installation_as_its_role_account() -> None:
     assert target.dirs == (
         (Path("/usr/local/var/anyrtd"), 0o700, "_anyrtd"),
         (Path("/usr/local/var/log/anyrtd"), 0o750, "_anyrtd"),
-        (Path("/usr/local/etc/anyrtd"), 0o755, "root"),
+        (Path("/usr/local/etc/anyrtd"), 0o755, None),
     )
 
 
@@ -418,3 +418,16 @@ def test_a_user_dry_run_names_the_user_unit_and_config(tmp_path: Path) -> None:
     ]
     assert "journalctl --user -u anyrtd -f" in done.stdout
     assert not (tmp_path / "cfg").exists()
+
+
+@pytest.mark.systemd
+def test_uninstall_works_from_an_installation_the_unit_could_not_run(
+    systemd: Systemd, tmp_launcher: Path, clean: None
+) -> None:
+    # Removing needs nothing of the installation: an anyrtd under /tmp may do it.
+    out = service(systemd, tmp_launcher, "uninstall")
+    assert out.splitlines() == [
+        "anyrtd.service was neither enabled nor running",
+        f"no {UNIT} to remove",
+        f"kept the config {CONFIG} and the state in /var/lib/anyrtd",
+    ]

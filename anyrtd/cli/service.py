@@ -65,7 +65,7 @@ class Steps:
             self.say(f"would create the directory {path}")
             return
         path.mkdir(mode=mode, parents=True)
-        if owner is not None:
+        if owner is not None:  # a role account, with a group of the same name
             import shutil
 
             shutil.chown(path, owner, owner)
@@ -108,9 +108,10 @@ def need_root(user: bool, dry_run: bool, installation: Installation, action: str
     if user or dry_run or os.geteuid() == 0:
         return
     again = shlex.join([*installation.program, "service", action])
+    mine = "to run anyrtd as" if action == "install" else "for"
     raise click.ClickException(
         f"the system service needs root: run `sudo {again}`, "
-        f"or `{again} --user` to run anyrtd as a service of your own user"
+        f"or `{again} --user` {mine} a service of your own user"
     )
 
 
@@ -186,7 +187,7 @@ def systemd_for(
 
     from anyrtd.service_files import systemd_target
 
-    if not user:
+    if not user and action == "install":
         refuse_hidden(installation)
     need_root(user, dry_run, installation, action)
     if shutil.which("systemctl") is None:
@@ -284,6 +285,14 @@ def launchd_for(
     return target
 
 
+def loaded(target: LaunchdTarget) -> bool:
+    """Return whether launchd has the service loaded in the target's domain."""
+    done = subprocess.run(
+        ["launchctl", "print", target.service], capture_output=True, stdin=subprocess.DEVNULL
+    )
+    return done.returncode == 0
+
+
 def install_launchd(steps: Steps, installation: Installation, user: bool) -> None:
     target = launchd_for(installation, user, steps.dry_run, "install")
     for path, mode, owner in target.dirs:
@@ -293,16 +302,11 @@ def install_launchd(steps: Steps, installation: Installation, user: bool) -> Non
     )
     if created:
         steps.say("  edit it (server, space, programs); anyrtd reads it again on SIGHUP")
+    was_loaded = loaded(target)
     changed = steps.put(target.plist_path, target.plist_text)
-    loaded = (
-        subprocess.run(
-            ["launchctl", "print", target.service], capture_output=True, stdin=subprocess.DEVNULL
-        ).returncode
-        == 0
-    )
-    if loaded and changed:
+    if was_loaded and changed:
         steps.run("launchctl", "bootout", target.service)
-    if changed or not loaded:
+    if changed or not was_loaded:
         steps.run("launchctl", "bootstrap", target.domain, str(target.plist_path))
     else:
         steps.say(f"{target.service} was already loaded")
@@ -313,13 +317,7 @@ def install_launchd(steps: Steps, installation: Installation, user: bool) -> Non
 
 def uninstall_launchd(steps: Steps, installation: Installation, user: bool) -> None:
     target = launchd_for(installation, user, steps.dry_run, "uninstall")
-    loaded = (
-        subprocess.run(
-            ["launchctl", "print", target.service], capture_output=True, stdin=subprocess.DEVNULL
-        ).returncode
-        == 0
-    )
-    if loaded:
+    if loaded(target):
         steps.run("launchctl", "bootout", target.service)
     else:
         steps.say(f"{target.service} was not loaded")
