@@ -3,8 +3,9 @@ round trip under the real systemd of tests/systemd_sandbox.py.
 
 The round trip runs the installed command itself inside the sandbox's namespaces (as a user
 would run `sudo anyrtd service install` on a machine with systemd), from a virtual environment
-under /opt built from this checkout, so its `systemctl` talks to the sandbox's systemd. The
-launchd plists cannot be loaded here: they are rendered and checked with `plistlib`.
+under /opt built from this checkout, so its `systemctl` talks to the sandbox's systemd; the
+`--user` round trip talks to root's user manager there, over a /root private to the sandbox.
+The launchd plists cannot be loaded here: they are rendered and checked with `plistlib`.
 """
 
 from __future__ import annotations
@@ -287,9 +288,9 @@ def clean(systemd: Systemd) -> Iterator[None]:
         remove(created)
 
 
-def service(systemd: Systemd, anyrtd: Path, *args: str) -> str:
-    """Run `anyrtd service ARGS` inside the sandbox; return what it printed."""
-    done = systemd.run(str(anyrtd), "service", *args, check=False)
+def service(systemd: Systemd, anyrtd: Path, *args: str, env: tuple[str, ...] = ()) -> str:
+    """Run `anyrtd service ARGS` inside the sandbox (after `env`); return what it printed."""
+    done = systemd.run(*env, str(anyrtd), "service", *args, check=False)
     if done.returncode != 0:
         journal = systemd.run("journalctl", "-u", "anyrtd", "-n", "30", "--no-pager", check=False)
         pytest.fail(
@@ -431,3 +432,65 @@ def test_uninstall_works_from_an_installation_the_unit_could_not_run(
         f"no {UNIT} to remove",
         f"kept the config {CONFIG} and the state in /var/lib/anyrtd",
     ]
+
+
+USER_ENV = ("env", "-u", "XDG_CONFIG_HOME", "-u", "XDG_STATE_HOME", "XDG_RUNTIME_DIR=/run/user/0")
+
+
+@pytest.fixture
+def user_manager(systemd: Systemd) -> Iterator[Path]:
+    """Root's user manager in the sandbox, over a /root of its own; return that /root from here.
+
+    The tmpfs on /root is in the sandbox's mount namespace only: the machine's own /root (whose
+    ~/.config/anyrtd/anyrtd.toml every anyrtd command run as root would read) is untouched.
+    """
+    systemd.run("mount", "-t", "tmpfs", "-o", "mode=0700", "tmpfs", "/root")
+    try:
+        systemd.run("systemctl", "start", "user@0.service")
+        yield systemd.root / "root"
+    finally:
+        systemd.run("systemctl", "stop", "user@0.service", check=False)
+        systemd.run("umount", "--lazy", "/root")
+
+
+@pytest.mark.systemd
+def test_a_user_install_runs_the_user_unit_and_uninstall_removes_it(
+    systemd: Systemd, opt_home: Path, user_manager: Path
+) -> None:
+    anyrtd = opt_home / "venv" / "bin" / "anyrtd"
+    unit = Path("/root/.config/systemd/user/anyrtd.service")
+    config = Path("/root/.config/anyrtd/anyrtd.toml")
+    # A socket of its own rather than the default 127.0.0.1:7010, which this machine's other
+    # processes may hold; the install keeps a config that is there.
+    (user_manager / ".config/anyrtd").mkdir(parents=True)
+    (user_manager / ".config/anyrtd/anyrtd.toml").write_text(
+        'listen = "unix:/run/user/0/anyrtd-test.sock"\n'
+    )
+
+    out = service(systemd, anyrtd, "install", "--user", env=USER_ENV)
+    assert out.splitlines()[:4] == [
+        f"created {unit} (ExecStart={anyrtd} serve)",
+        f"kept {config}: it exists, and anyrtd never overwrites it",
+        "ran `systemctl --user daemon-reload`",
+        "ran `systemctl --user enable --now anyrtd.service`",
+    ]
+    assert "Read its log with: journalctl --user -u anyrtd -f" in out
+    show = [*USER_ENV, "systemctl", "--user", "show", "anyrtd.service"]
+    props = ("--property=ActiveState", "--property=UnitFileState")
+    assert systemd.run(*show, *props).stdout.split() == [
+        "ActiveState=active",
+        "UnitFileState=enabled",
+    ]
+    sock = systemd.root / "run/user/0/anyrtd-test.sock"
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), timeout=10) as client:
+        assert client.get("http://localhost/healthz").status_code == 200
+
+    out = service(systemd, anyrtd, "uninstall", "--user", env=USER_ENV)
+    assert out.splitlines() == [
+        "ran `systemctl --user disable --now anyrtd.service`",
+        f"removed {unit}",
+        "ran `systemctl --user daemon-reload`",
+        f"kept the config {config} and the state in /root/.local/state/anyrtd",
+    ]
+    assert systemd.run(*show, "--property=LoadState").stdout.strip() == "LoadState=not-found"
+    assert (user_manager / ".local/state/anyrtd/anyrtd.sqlite3").is_file()
