@@ -259,6 +259,24 @@ def test_the_system_service_without_root_is_refused_with_the_fix(opt_home: Path)
     )
 
 
+def test_a_file_that_cannot_be_written_ends_the_install_in_one_line(tmp_path: Path) -> None:
+    not_a_dir = tmp_path / "config-home"
+    not_a_dir.write_text("")
+    done = subprocess.run(
+        [sys.executable, "-m", "anyrtd", "service", "install", "--user"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "XDG_CONFIG_HOME": str(not_a_dir)},
+    )
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert done.stderr.splitlines() == [
+        f"Error: {not_a_dir}/systemd/user: Not a directory (the steps printed above were done, "
+        "none after)"
+    ]
+
+
 # --- the round trip, under the sandbox's systemd ---------------------------------------------
 
 

@@ -10,6 +10,7 @@ import os
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -147,16 +148,7 @@ def install(user: bool, dry_run: bool) -> None:
     creates the config file from the example when there is none (never overwriting it),
     and starts the service. Running it again changes only what differs.
     """
-    from anyrtd.service_files import Installation
-
-    installation = Installation.running()
-    steps = Steps(dry_run)
-    if sys.platform == "darwin":
-        install_launchd(steps, installation, user)
-    elif sys.platform.startswith("linux"):
-        install_systemd(steps, installation, user)
-    else:
-        raise click.ClickException(f"no service manager anyrtd knows on {sys.platform}")
+    carry_out(dry_run, user, install_systemd, install_launchd)
 
 
 @service.command()
@@ -164,16 +156,31 @@ def install(user: bool, dry_run: bool) -> None:
 @DRY_RUN_OPTION
 def uninstall(user: bool, dry_run: bool) -> None:
     """Stop and disable the service and remove its unit or plist; keep the config and state."""
-    from anyrtd.service_files import Installation
+    carry_out(dry_run, user, uninstall_systemd, uninstall_launchd)
 
-    installation = Installation.running()
-    steps = Steps(dry_run)
+
+Action = Callable[["Steps", "Installation", bool], None]
+
+
+def carry_out(dry_run: bool, user: bool, on_linux: Action, on_macos: Action) -> None:
+    """Run the action for this platform's service manager; a failure ends it in one line."""
+    from anyrtd.service_files import Installation, ServiceFileError
+
     if sys.platform == "darwin":
-        uninstall_launchd(steps, installation, user)
+        action = on_macos
     elif sys.platform.startswith("linux"):
-        uninstall_systemd(steps, installation, user)
+        action = on_linux
     else:
-        raise click.ClickException(f"no service manager anyrtd knows on {sys.platform}")
+        raise click.ClickException(f"anyrtd knows no service manager on {sys.platform}")
+    try:
+        action(Steps(dry_run), Installation.running(), user)
+    except ServiceFileError as exc:
+        raise click.ClickException(str(exc)) from None
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        raise click.ClickException(
+            f"{where}{exc.strerror or exc} (the steps printed above were done, none after)"
+        ) from None
 
 
 # --- systemd -------------------------------------------------------------------------------
