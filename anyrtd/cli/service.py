@@ -155,7 +155,7 @@ def install(user: bool, dry_run: bool) -> None:
 @USER_OPTION
 @DRY_RUN_OPTION
 def uninstall(user: bool, dry_run: bool) -> None:
-    """Stop and disable the service and remove its unit or plist; keep the config and state."""
+    """Stop, disable and remove the service; keep its config and state."""
     carry_out(dry_run, user, uninstall_systemd, uninstall_launchd)
 
 
