@@ -11,13 +11,9 @@ directory, the sandbox) is removed at the end.
 
 from __future__ import annotations
 
-import fcntl
-import os
 import re
 import secrets
-import shutil
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,132 +23,23 @@ import httpx
 import pytest
 from conftest import DevserverProcess
 from support import put_triggers, server_runs, wait_until
-from systemd_sandbox import SYSTEMD, SandboxError, SystemdSandbox
+from systemd_machine import (
+    CONFIG_DIR,
+    DROP_IN_DIR,
+    MARK,
+    REPO,
+    STATE_PRIVATE,
+    UNIT,
+    Systemd,
+    foreign_units,
+    remove_installed,
+)
 
 pytestmark = pytest.mark.systemd
+pytest_plugins = ("systemd_fixtures",)
 
-REPO = Path(__file__).resolve().parents[1]
 PACKAGED_UNIT = REPO / "packaging" / "systemd" / "anyrtd.service"
-MARK = "# Installed by anyrtd's tests/test_systemd.py for one test run; safe to delete.\n"
-UNIT_DIR = Path("/etc/systemd/system")
-UNIT = UNIT_DIR / "anyrtd.service"
-DROP_IN_DIR = UNIT_DIR / "anyrtd.service.d"
-OTHER_UNIT_PLACES = (Path("/lib/systemd/system"), Path("/usr/lib/systemd/system"))
-STATE_PRIVATE = Path("/var/lib/private")
-STATE_DIRS = (Path("/var/lib/anyrtd"), STATE_PRIVATE / "anyrtd")
-CONFIG_DIR = Path("/etc/anyrtd")  # ConfigurationDirectory=anyrtd creates it
-SANDBOX_STATE = Path("/run/anyrtd-test-systemd-sandbox.pid")
-SYSTEM_PYTHON = "/usr/bin/python3"
 FAR_CRON = {"kind": "cron", "spec": {"cron": "0 0 1 1 *"}}  # never due while a test runs
-
-
-def apt_install(*packages: str) -> None:
-    """Install Debian packages the test needs, or fail saying which and why."""
-    if shutil.which("apt-get") is None:
-        pytest.fail(f"this machine lacks {', '.join(packages)} and has no apt-get to install them")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for argv in (
-        ["apt-get", "update", "-qq"],
-        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages],
-    ):
-        done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=900)
-        if done.returncode != 0:
-            pytest.fail(f"`{' '.join(argv)}` failed ({done.returncode}):\n{done.stderr}")
-
-
-class Systemd:
-    """The sandboxed systemd: run commands inside it and read what it says."""
-
-    def __init__(self, sandbox: SystemdSandbox) -> None:
-        self.sandbox = sandbox
-
-    def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        """Run `argv` inside the sandbox; with `check`, fail the test on a non-zero exit."""
-        done = self.sandbox.run(*argv)
-        if check and done.returncode != 0:
-            pytest.fail(f"`{' '.join(argv)}` exited {done.returncode}:\n{done.stdout}{done.stderr}")
-        return done
-
-    def show(self, unit: str, *props: str) -> dict[str, str]:
-        out = self.run("systemctl", "show", unit, *(f"--property={p}" for p in props)).stdout
-        return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-
-    @property
-    def root(self) -> Path:
-        """Return the sandbox's file system root as seen from here (its /run is its own)."""
-        return self.sandbox.root
-
-
-@pytest.fixture(scope="module")
-def machine() -> Iterator[None]:
-    """Hold the machine for this module: one run of this test at a time may install units."""
-    if os.geteuid() != 0:
-        pytest.skip("booting systemd in a PID namespace needs root (CI runs as root)")
-    # A lock on the unit directory itself: no lock file to leave behind.
-    fd = os.open(UNIT_DIR, os.O_RDONLY)
-    try:
-        deadline = time.monotonic() + 600
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"another run of this test has held {UNIT_DIR} for 10 minutes")
-                time.sleep(0.5)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
-
-
-@pytest.fixture(scope="module")
-def systemd(machine: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Systemd]:
-    """Boot a real systemd in the sandbox for this module; power it off at the end."""
-    if not SYSTEMD.exists() or shutil.which("systemctl") is None:
-        apt_install("systemd")
-    log = tmp_path_factory.mktemp("systemd") / "boot.log"
-    sandbox = SystemdSandbox(SANDBOX_STATE, log)
-    sandbox.stop()  # a sandbox an interrupted run of this test left behind
-    try:
-        sandbox.start(timeout=120)
-    except SandboxError as exc:
-        pytest.fail(f"systemd could not boot in the sandbox: {exc}")
-    try:
-        yield Systemd(sandbox)
-    finally:
-        sandbox.stop()
-
-
-@pytest.fixture(scope="session")
-def opt_home() -> Iterator[Path]:
-    """Return a directory under /opt with venv/, Debian's python3 with this checkout installed.
-
-    It lives under /opt: the hardened unit hides /root, /home and /tmp (ProtectHome=,
-    PrivateTmp=), and a non-editable install keeps it from reading the checkout.
-    """
-    if os.geteuid() != 0:
-        pytest.skip("the systemd test needs root")
-    probe = [SYSTEM_PYTHON, "-c", "import ensurepip, venv"]
-    if not Path(SYSTEM_PYTHON).exists() or subprocess.run(probe, capture_output=True).returncode:
-        apt_install("python3", "python3-venv")
-    base = Path(tempfile.mkdtemp(prefix="anyrtd-test-", dir="/opt"))
-    try:
-        base.chmod(0o755)  # the unit's dynamic user must reach the environment
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PIP_USER")
-        }
-        for argv in (
-            [SYSTEM_PYTHON, "-m", "venv", str(base / "venv")],
-            [str(base / "venv/bin/pip"), "install", "-q", "--disable-pip-version-check", str(REPO)],
-        ):
-            done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=900)
-            if done.returncode != 0:
-                pytest.fail(f"`{' '.join(argv)}` failed:\n{done.stdout}{done.stderr}")
-        yield base
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -203,37 +90,16 @@ class Service:
             return c.request(method, path)
 
 
-def _foreign_units() -> list[Path]:
-    found = [d / "anyrtd.service" for d in OTHER_UNIT_PLACES if (d / "anyrtd.service").exists()]
-    if UNIT.exists() and not UNIT.read_text().startswith(MARK):
-        found.append(UNIT)
-    return found
-
-
-def _remove_installed(created: list[Path]) -> None:
-    shutil.rmtree(DROP_IN_DIR, ignore_errors=True)
-    UNIT.unlink(missing_ok=True)
-    for path in STATE_DIRS:
-        if path.is_symlink():
-            path.unlink()
-        elif path.exists():
-            shutil.rmtree(path)
-    for path in created:  # directories systemd made for the unit, when they were not there
-        with_contents = path.exists() and any(path.iterdir())
-        if path.exists() and not with_contents:
-            path.rmdir()
-
-
 @pytest.fixture(scope="module")
 def service(systemd: Systemd, opt_home: Path, server: DevserverProcess) -> Iterator[Service]:
     """Install the packaged unit with a drop-in for this test's environment and devserver."""
-    foreign = _foreign_units()
+    foreign = foreign_units()
     if foreign:
         pytest.fail(
             f"an anyrtd unit this test did not install is on this machine ({foreign[0]}); "
             "the test would replace it and its state: run it on a machine without anyrtd"
         )
-    _remove_installed([])  # what an interrupted run of this test left behind
+    remove_installed([])  # what an interrupted run of this test left behind
     created = [p for p in (STATE_PRIVATE, CONFIG_DIR) if not p.exists()]
     config = opt_home / "anyrtd.toml"
     good = (
@@ -260,7 +126,7 @@ def service(systemd: Systemd, opt_home: Path, server: DevserverProcess) -> Itera
     finally:
         systemd.run("systemctl", "stop", "anyrtd", check=False)
         systemd.run("systemctl", "reset-failed", "anyrtd", check=False)
-        _remove_installed(created)
+        remove_installed(created)
         systemd.run("systemctl", "daemon-reload", check=False)
 
 

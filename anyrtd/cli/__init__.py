@@ -18,6 +18,7 @@ from anyrtd.cli.programs import programs
 from anyrtd.cli.runs import runs
 from anyrtd.cli.schedule import schedule
 from anyrtd.cli.serve import db, dev, serve
+from anyrtd.cli.service import service
 from anyrtd.cli.shared import Shared, shared_options
 from anyrtd.cli.triggers import triggers
 
@@ -31,7 +32,7 @@ def main(ctx: click.Context) -> None:
     ctx.ensure_object(Shared)
 
 
-for _command in (serve, db, devserver, dev, triggers, runs, election, devices, doctor):
+for _command in (serve, db, devserver, dev, triggers, runs, election, devices, doctor, service):
     main.add_command(_command)
 for _command in (schedule, programs):
     main.add_command(_command)
