@@ -1,6 +1,6 @@
 """The runner: resolve a program spec, run it under the budget, and report an honest outcome.
 
-A run ends in one of four ways (`docs/runtime.md`, Run outcomes): `ok`, `FAILED`
+A run ends in one of four ways (`docs/programs.md`, How a run ends): `ok`, `FAILED`
 (the program raised, exited non-zero, or is not installed here), `incomplete`
 (it ran past the budget and was stopped) or `interrupted` (the daemon stopped
 it). `Runner.run` never raises for anything a program does; it always returns a

@@ -8,7 +8,7 @@ from typing import Any
 from anyrtd.rows import RunRow
 
 STATUS_OF_RUN = {"ok": "ok", "FAILED": "error", "incomplete": "error", "interrupted": "interrupted"}
-"""The trigger's `lastStatus` after a run ending with each run `status` (runtime.md)."""
+"""The trigger's `lastStatus` after a run ending with each run `status` (docs/programs.md)."""
 
 BREAKER_STATUSES = frozenset({"FAILED", "incomplete"})
 """Run statuses that count toward the circuit breaker; `ok` resets it, `interrupted` is neither."""
