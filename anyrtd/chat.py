@@ -120,7 +120,9 @@ async def ensure_chat_watch(
 class Scheduler(Protocol):
     """What a responder may read of the scheduler it answers for (the daemon is one)."""
 
-    peer_id: str | None
+    @property
+    def peer_id(self) -> str | None: ...
+
     registry: Registry
     records: RecordCache
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
+from fleet import Fleet
 
 from anyrtd.devserver import DevServer, start_devserver
 
@@ -182,3 +183,38 @@ async def devserver_inprocess(tmp_path: Path) -> AsyncIterator[DevServer]:
 
 
 # --- end devserver -------------------------------------------------------------------------
+
+
+# --- fleet ---------------------------------------------------------------------------------
+# `fleet`: in-process daemons on a multi-device devserver subprocess, one shared fake clock
+# (tests/fleet.py). Two devices unless the test or its module says `pytest.mark.devices(n)`.
+# `fleet_factory(devices=N, **devserver options)`: more fleets, or a fleet with options.
+
+
+@pytest.fixture
+async def fleet_factory(
+    devserver_factory: Callable[..., DevserverProcess], tmp_path: Path
+) -> AsyncIterator[Callable[..., Fleet]]:
+    """Make fleets on fresh devservers; each is closed at teardown."""
+    made: list[Fleet] = []
+
+    def make(*, devices: int = 2, **options: Any) -> Fleet:
+        where = tmp_path if not made else tmp_path / f"fleet{len(made)}"
+        made.append(Fleet(devserver_factory(devices=devices, **options), where))
+        return made[-1]
+
+    try:
+        yield make
+    finally:
+        for fleet in made:
+            await fleet.close()
+
+
+@pytest.fixture
+def fleet(fleet_factory: Callable[..., Fleet], request: pytest.FixtureRequest) -> Fleet:
+    """A fleet on a devserver with two devices (or `pytest.mark.devices(n)` of them)."""
+    marker = request.node.get_closest_marker("devices")
+    return fleet_factory(devices=int(marker.args[0]) if marker is not None else 2)
+
+
+# --- end fleet -----------------------------------------------------------------------------
