@@ -25,12 +25,10 @@ from typing import Any, Protocol, runtime_checkable
 from anyrtd.client import Dataset, ServerClient, ServerError, Upsert
 from anyrtd.clock import Clock
 from anyrtd.events import CHAT_DATASET, ChatMessage, is_own, message_of
-from anyrtd.mirror import Mirror
 from anyrtd.model import TriggerDef
+from anyrtd.port import Port
 from anyrtd.program import ProgramContext
 from anyrtd.programs.chat import AGENT_BUNDLE, GENERAL_CHAT_SEED
-from anyrtd.records import RecordCache
-from anyrtd.registry import Registry
 from anyrtd.rows import RunRow
 from anyrtd.vocab import is_unassigned
 
@@ -117,18 +115,6 @@ async def ensure_chat_watch(
 # responders
 
 
-class Scheduler(Protocol):
-    """What a responder may read of the scheduler it answers for (the daemon is one)."""
-
-    @property
-    def peer_id(self) -> str | None: ...
-
-    registry: Registry
-    records: RecordCache
-
-    async def db_call(self, fn: Callable[[Mirror], Any]) -> Any: ...
-
-
 @dataclass(frozen=True)
 class ResponderContext:
     """What a responder gets besides the message."""
@@ -136,7 +122,8 @@ class ResponderContext:
     agent_name: str
     now: float
     client: ServerClient
-    scheduler: Scheduler
+    scheduler: Port
+    """What the responder may read of the scheduler it answers for (`anyrtd.port.Port`)."""
     log: logging.Logger
 
 
@@ -205,7 +192,7 @@ class SchedulerResponder:
         if command == "/triggers":
             return _triggers_text(ctx)
         if command == "/runs":
-            rows: list[RunRow] = await ctx.scheduler.db_call(lambda m: m.runs(limit=10))
+            rows = await ctx.scheduler.runs(limit=10)
             return _runs_text(rows, ctx.scheduler.peer_id)
         if command == "/next":
             return _next_text(ctx)
@@ -235,12 +222,13 @@ def _in(seconds: float) -> str:
 
 
 def _triggers_text(ctx: ResponderContext) -> str:
-    me = ctx.scheduler.peer_id
+    known = ctx.scheduler.triggers()
+    me = known.peer_id
     defs = sorted(
-        (d for d in ctx.scheduler.records.parsed.values() if isinstance(d, TriggerDef)),
+        (d for d in known.parsed.values() if isinstance(d, TriggerDef)),
         key=lambda d: d.id,
     )
-    bad = len(ctx.scheduler.records.parsed) - len(defs)
+    bad = len(known.parsed) - len(defs)
     if not defs:
         return "There are no trigger records." + (f" ({bad} malformed)" if bad else "")
     lines = [f"{len(defs)} trigger{'s' if len(defs) != 1 else ''}:"]
@@ -275,7 +263,7 @@ def _runs_text(rows: Sequence[RunRow], me: str | None) -> str:
 def _next_text(ctx: ResponderContext) -> str:
     due = sorted(
         (e.row.next_fire, e.id)
-        for e in ctx.scheduler.registry.entries.values()
+        for e in ctx.scheduler.triggers().entries.values()
         if e.row.next_fire is not None
     )
     if not due:
@@ -305,7 +293,7 @@ class ChatWatch:
         agent_name: str,
         client: ServerClient,
         clock: Clock,
-        scheduler: Scheduler,
+        scheduler: Port,
         fire: Fire,
         responders: Iterable[Responder] | None = None,
         window_s: float = BACKLOG_WINDOW_S,

@@ -5,7 +5,8 @@ The stages take what they need as arguments: `unit` (the step's writes and the g
 commit), `sync` (the server's records → the record cache), `apply` (a reconcile plan →
 the registry), `firing` (runs, from prepared to recorded) and `role` (the active role's
 standing built-ins, chat-watch and event routing). Each loop step is a method a test can
-call once: `sync()`, `tick()`, `fire_due(now)`, `drain_outbox()`.
+call once: `sync()`, `tick()`, `fire_due(now)`, `drain_outbox()`. The daemon implements
+`anyrtd.port.Port` for the control API and the chat responder.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 from anyrtd import standing
 from anyrtd.apply import Apply
@@ -31,9 +32,11 @@ from anyrtd.mirror import AsyncMirror, Mirror
 from anyrtd.model import TriggerDef
 from anyrtd.outbox import RUNS, TRIGGERS, DrainResult, drain
 from anyrtd.places import Places
+from anyrtd.port import Health, Metrics, TriggerFacts, Triggers
 from anyrtd.records import RecordCache
 from anyrtd.registry import Registry
 from anyrtd.role import Role
+from anyrtd.rows import RunRow
 from anyrtd.runner import Runner
 from anyrtd.sync import Sync
 from anyrtd.unit import Unit
@@ -116,7 +119,7 @@ class Daemon:
             apply=self.apply,
             firing=self.firing,
             runner=self.runner,
-            scheduler=self,
+            port=self,
         )
         self.runner.install(CHAT_WATCH_PROGRAM, self.role.chat.converse)
         self.runner.install(
@@ -399,6 +402,59 @@ class Daemon:
         result = await self.drain_outbox()
         if result is not None and result.error:
             await asyncio.sleep(1.0)
+
+    # the port (anyrtd.port.Port, which documents each): what the control API and the chat
+    # responder use
+
+    def triggers(self) -> Triggers:
+        r, now = self.records, self.clock.now()
+        return Triggers(self.registry.entries, r.parsed, r.raw, self.peer_id, now)
+
+    def trigger(self, trigger_id: str) -> TriggerFacts | None:
+        entry = self.registry.get(trigger_id)
+        parsed = self.records.parsed.get(trigger_id)
+        if entry is None and parsed is None:
+            return None
+        raw = None if isinstance(parsed, TriggerDef) else self.records.raw(trigger_id)
+        return TriggerFacts(trigger_id, entry, parsed, raw, self.peer_id, self.clock.now())
+
+    async def runs(
+        self, *, trigger_id: str | None = None, status: str | None = None, limit: int = 50
+    ) -> Sequence[RunRow]:
+        rows = await self.db_call(
+            lambda m: m.runs(trigger_id=trigger_id, status=status, limit=limit)
+        )
+        return cast(list[RunRow], rows)
+
+    async def run(self, run_id: str) -> RunRow | None:
+        return cast(RunRow | None, await self.db_call(lambda m: m.run(run_id)))
+
+    def health(self) -> Health:
+        return Health(
+            now=self.clock.now(),
+            last_tick_at=self.last_tick_at,
+            last_tick_age=self._tick_age(),
+            tick_s=self.config.tick_s,
+            peer_id=self.peer_id,
+            verdict=self.gate.verdict,
+            triggers=len(self.registry),
+            server_resolved=self.places is not None,
+            last_error=self.stats.last_error,
+        )
+
+    async def metrics(self) -> Metrics:
+        # The depth read here also feeds the status line.
+        self.outbox_depth = await self.db_call(Mirror.outbox_depth)
+        age = self._tick_age()
+        return Metrics(self.stats, self.outbox_depth, self.gate.verdict, age, self.peer_id)
+
+    def election(self) -> dict[str, Any]:
+        return self.gate.describe(self.peer_id)
+
+    def _tick_age(self) -> float | None:
+        if self.last_tick_mono is None:
+            return None
+        return max(0.0, self.clock.monotonic() - self.last_tick_mono)
 
     async def write_through(
         self, trigger_id: str, fields: Mapping[str, Any], unset: Iterable[str] = ()

@@ -14,13 +14,14 @@ from collections.abc import Iterable
 
 from anyrtd import standing
 from anyrtd.apply import Apply
-from anyrtd.chat import CHAT_WATCH_PROGRAM, ChatWatch, Scheduler, ensure_chat_watch
+from anyrtd.chat import CHAT_WATCH_PROGRAM, ChatWatch, ensure_chat_watch
 from anyrtd.client import Change, Dataset, ServerClient, ServerError, ServerUnavailable
 from anyrtd.clock import Clock
 from anyrtd.election import Gate
 from anyrtd.events import CHAT_DATASET, ChatMessage, LiveGate, event_target, fires, new_message
 from anyrtd.firing import Firing
 from anyrtd.model import TriggerDef
+from anyrtd.port import Port
 from anyrtd.records import RecordCache
 from anyrtd.registry import Registry
 from anyrtd.runner import Runner
@@ -49,7 +50,7 @@ class Role:
         apply: Apply,
         firing: Firing,
         runner: Runner,
-        scheduler: Scheduler,
+        port: Port,
     ) -> None:
         self.agent_name = agent_name
         self.space = space
@@ -65,11 +66,7 @@ class Role:
         self.runner = runner
         self.live = LiveGate(since=clock.now())
         self.chat = ChatWatch(
-            agent_name=agent_name,
-            client=client,
-            clock=clock,
-            scheduler=scheduler,
-            fire=self.converse,
+            agent_name=agent_name, client=client, clock=clock, scheduler=port, fire=self.converse
         )
         self.chat_watch_id: str | None = None
         self.holding = False
