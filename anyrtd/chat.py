@@ -17,7 +17,7 @@ import contextlib
 import importlib.metadata
 import logging
 from collections import OrderedDict, deque
-from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
@@ -47,23 +47,6 @@ _LISTED = 30
 def generation_id(n: int) -> str:
     """Return the id of the n-th generation of the chat-watch record (1 is the bare id)."""
     return CHAT_WATCH_ID if n <= 1 else f"{CHAT_WATCH_ID}-g{n}"
-
-
-def is_generation_id(rid: str) -> bool:
-    """Return True for `chat-watch` and `chat-watch-g<n>` ids."""
-    if rid == CHAT_WATCH_ID:
-        return True
-    head, _, n = rid.rpartition("-g")
-    return head == CHAT_WATCH_ID and n.isdigit() and int(n) >= 2
-
-
-def current_generation(tombstoned: Collection[str]) -> str:
-    """Return the first chat-watch id that is not tombstoned."""
-    for n in range(1, MAX_GENERATIONS + 1):
-        rid = generation_id(n)
-        if rid not in tombstoned:
-            return rid
-    raise RuntimeError(f"every chat-watch generation up to {MAX_GENERATIONS} is tombstoned")
 
 
 def chat_watch_fields(chat_object_id: str) -> dict[str, Any]:
@@ -308,10 +291,6 @@ class ChatWatch:
         self.window_s = window_s
         self.trigger_id: str | None = None
         self.chat: Dataset | None = None
-        self.answered = 0
-        self.dropped = 0
-        self.backlogs = 0
-        """How many backlogs this watch has read (one per connection that reached the server)."""
         self._queue: deque[ChatMessage] = deque()
         self._ready = asyncio.Event()
         self._seen: OrderedDict[str, None] = OrderedDict()
@@ -320,11 +299,6 @@ class ChatWatch:
     @property
     def connected(self) -> bool:
         return self.trigger_id is not None
-
-    @property
-    def pending(self) -> int:
-        """Return how many conversations wait their turn."""
-        return len(self._queue)
 
     def accepts(self, message: ChatMessage) -> bool:
         """Return True when some responder takes the message."""
@@ -351,7 +325,6 @@ class ChatWatch:
         for message in self._queue:
             self._seen.pop(message.message_id, None)  # not answered: a later backlog may
         self._queue.clear()
-        self.dropped += dropped
         if self._worker is not None:
             self._worker.cancel()
             self._worker = None
@@ -400,7 +373,6 @@ class ChatWatch:
         except Exception as exc:  # the server is away: live messages still get answered
             log.warning("chat watch: the backlog could not be read: %s", exc)
         else:
-            self.backlogs += 1
             older = [m for m in backlog if self._admit(m)]
             if older:
                 log.info("chat watch: answering %d unanswered messages of the backlog", len(older))
@@ -460,7 +432,6 @@ class ChatWatch:
             where = Dataset(message.space, message.object_id, CHAT_DATASET)
             reply = reply_fields(text, self.agent_name, message.message_id, ctx.clock.now())
             await ctx.client.upsert(where, [Upsert(REPLY_PREFIX + message.message_id, reply)])
-            self.answered += 1
             ctx.log.info("answered message %s (%s)", message.message_id, type(responder).__name__)
             return {"title": f"Answered {_summary(message.text)}", "turns": 1, "effects": 1}
         return {"title": f"No answer to {_summary(message.text)}", "turns": 1}
@@ -486,9 +457,7 @@ __all__ = [
     "ResponderContext",
     "SchedulerResponder",
     "chat_watch_fields",
-    "current_generation",
     "ensure_chat_watch",
     "generation_id",
-    "is_generation_id",
     "load_responders",
 ]

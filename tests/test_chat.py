@@ -211,7 +211,7 @@ async def test_a_disconnect_drops_deferred_conversations_and_lets_the_running_on
         release.set()
         async with asyncio.timeout(5):
             await done.wait()
-        assert started == finished == ["q0"] and watch.dropped == 2
+        assert started == finished == ["q0"]  # the two deferred ones never ran
     finally:
         await watch.stop()
         await client.aclose()
