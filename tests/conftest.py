@@ -218,3 +218,38 @@ def fleet(fleet_factory: Callable[..., Fleet], request: pytest.FixtureRequest) -
 
 
 # --- end fleet -----------------------------------------------------------------------------
+
+
+# --- markers -------------------------------------------------------------------------------
+# `pytest -m "not process"` is the fast loop: it leaves out every test that starts a real
+# process. A test is `process` when it uses a fixture that starts one, or sits in a module
+# whose tests start `anyrtd` (or another program) themselves.
+
+PROCESS_FIXTURES = frozenset({"devserver", "devserver_factory", "fleet", "fleet_factory"})
+PROCESS_MODULES = frozenset(
+    {
+        "test_cli_client",
+        "test_cli_completion",
+        "test_control_fuzz",
+        "test_control_process",
+        "test_dev",
+        "test_devserver_cli",
+        "test_multi_device_serve",
+        "test_packaging",
+        "test_runner",
+        "test_serve_notify",
+        "test_serve_process",
+        "test_systemd",
+    }
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        module = item.module.__name__ if isinstance(item, pytest.Function) else ""
+        if fixtures & PROCESS_FIXTURES or module in PROCESS_MODULES:
+            item.add_marker(pytest.mark.process)
+
+
+# --- end markers ---------------------------------------------------------------------------
