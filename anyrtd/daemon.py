@@ -321,9 +321,9 @@ class Daemon:
             await sync.full_read(now)
             self._wake.set()
             return 1
-        if not sync.following:
+        if sync.places is None or not sync.following:
             return 0
-        space = sync.places.space if sync.places is not None else self.config.space
+        space = sync.places.space
         if self.role.chat_watch_id is None and await self.role.seed_chat_watch():
             self._wake.set()
         await self.role.listen(space)

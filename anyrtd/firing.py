@@ -26,7 +26,7 @@ from anyrtd.rows import RunRow
 from anyrtd.runner import Runner
 from anyrtd.runs import rollup
 from anyrtd.unit import Unit
-from anyrtd.vocab import Kind, RollupField, Verdict
+from anyrtd.vocab import Kind, RollupField, RunStatus, Verdict
 
 log = logging.getLogger("anyrtd.daemon")
 
@@ -201,7 +201,7 @@ class Firing:
         """Close the runs a crash left `running` as `interrupted`."""
         for row in rows:
             outcome = RunOutcome(
-                status="interrupted",  # RunOutcome.status is the Literal of program.Status
+                status=RunStatus.INTERRUPTED.value,
                 error_type=None,
                 error="the daemon stopped while the run was in flight",
                 started_at=row.started_at,
