@@ -17,7 +17,7 @@ import contextlib
 import importlib.metadata
 import logging
 from collections import OrderedDict, deque
-from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
@@ -25,12 +25,10 @@ from typing import Any, Protocol, runtime_checkable
 from anyrtd.client import Dataset, ServerClient, ServerError, Upsert
 from anyrtd.clock import Clock
 from anyrtd.events import CHAT_DATASET, ChatMessage, is_own, message_of
-from anyrtd.mirror import Mirror
 from anyrtd.model import TriggerDef
+from anyrtd.port import Port
 from anyrtd.program import ProgramContext
 from anyrtd.programs.chat import AGENT_BUNDLE, GENERAL_CHAT_SEED
-from anyrtd.records import RecordCache
-from anyrtd.registry import Registry
 from anyrtd.rows import RunRow
 from anyrtd.vocab import is_unassigned
 
@@ -49,23 +47,6 @@ _LISTED = 30
 def generation_id(n: int) -> str:
     """Return the id of the n-th generation of the chat-watch record (1 is the bare id)."""
     return CHAT_WATCH_ID if n <= 1 else f"{CHAT_WATCH_ID}-g{n}"
-
-
-def is_generation_id(rid: str) -> bool:
-    """Return True for `chat-watch` and `chat-watch-g<n>` ids."""
-    if rid == CHAT_WATCH_ID:
-        return True
-    head, _, n = rid.rpartition("-g")
-    return head == CHAT_WATCH_ID and n.isdigit() and int(n) >= 2
-
-
-def current_generation(tombstoned: Collection[str]) -> str:
-    """Return the first chat-watch id that is not tombstoned."""
-    for n in range(1, MAX_GENERATIONS + 1):
-        rid = generation_id(n)
-        if rid not in tombstoned:
-            return rid
-    raise RuntimeError(f"every chat-watch generation up to {MAX_GENERATIONS} is tombstoned")
 
 
 def chat_watch_fields(chat_object_id: str) -> dict[str, Any]:
@@ -117,16 +98,6 @@ async def ensure_chat_watch(
 # responders
 
 
-class Scheduler(Protocol):
-    """What a responder may read of the scheduler it answers for (the daemon is one)."""
-
-    peer_id: str | None
-    registry: Registry
-    records: RecordCache
-
-    async def db_call(self, fn: Callable[[Mirror], Any]) -> Any: ...
-
-
 @dataclass(frozen=True)
 class ResponderContext:
     """What a responder gets besides the message."""
@@ -134,7 +105,8 @@ class ResponderContext:
     agent_name: str
     now: float
     client: ServerClient
-    scheduler: Scheduler
+    scheduler: Port
+    """What the responder may read of the scheduler it answers for (`anyrtd.port.Port`)."""
     log: logging.Logger
 
 
@@ -203,7 +175,7 @@ class SchedulerResponder:
         if command == "/triggers":
             return _triggers_text(ctx)
         if command == "/runs":
-            rows: list[RunRow] = await ctx.scheduler.db_call(lambda m: m.runs(limit=10))
+            rows = await ctx.scheduler.runs(limit=10)
             return _runs_text(rows, ctx.scheduler.peer_id)
         if command == "/next":
             return _next_text(ctx)
@@ -233,12 +205,13 @@ def _in(seconds: float) -> str:
 
 
 def _triggers_text(ctx: ResponderContext) -> str:
-    me = ctx.scheduler.peer_id
+    known = ctx.scheduler.triggers()
+    me = known.peer_id
     defs = sorted(
-        (d for d in ctx.scheduler.records.parsed.values() if isinstance(d, TriggerDef)),
+        (d for d in known.parsed.values() if isinstance(d, TriggerDef)),
         key=lambda d: d.id,
     )
-    bad = len(ctx.scheduler.records.parsed) - len(defs)
+    bad = len(known.parsed) - len(defs)
     if not defs:
         return "There are no trigger records." + (f" ({bad} malformed)" if bad else "")
     lines = [f"{len(defs)} trigger{'s' if len(defs) != 1 else ''}:"]
@@ -273,7 +246,7 @@ def _runs_text(rows: Sequence[RunRow], me: str | None) -> str:
 def _next_text(ctx: ResponderContext) -> str:
     due = sorted(
         (e.row.next_fire, e.id)
-        for e in ctx.scheduler.registry.entries.values()
+        for e in ctx.scheduler.triggers().entries.values()
         if e.row.next_fire is not None
     )
     if not due:
@@ -303,7 +276,7 @@ class ChatWatch:
         agent_name: str,
         client: ServerClient,
         clock: Clock,
-        scheduler: Scheduler,
+        scheduler: Port,
         fire: Fire,
         responders: Iterable[Responder] | None = None,
         window_s: float = BACKLOG_WINDOW_S,
@@ -318,10 +291,6 @@ class ChatWatch:
         self.window_s = window_s
         self.trigger_id: str | None = None
         self.chat: Dataset | None = None
-        self.answered = 0
-        self.dropped = 0
-        self.backlogs = 0
-        """How many backlogs this watch has read (one per connection that reached the server)."""
         self._queue: deque[ChatMessage] = deque()
         self._ready = asyncio.Event()
         self._seen: OrderedDict[str, None] = OrderedDict()
@@ -330,11 +299,6 @@ class ChatWatch:
     @property
     def connected(self) -> bool:
         return self.trigger_id is not None
-
-    @property
-    def pending(self) -> int:
-        """Return how many conversations wait their turn."""
-        return len(self._queue)
 
     def accepts(self, message: ChatMessage) -> bool:
         """Return True when some responder takes the message."""
@@ -361,7 +325,6 @@ class ChatWatch:
         for message in self._queue:
             self._seen.pop(message.message_id, None)  # not answered: a later backlog may
         self._queue.clear()
-        self.dropped += dropped
         if self._worker is not None:
             self._worker.cancel()
             self._worker = None
@@ -410,7 +373,6 @@ class ChatWatch:
         except Exception as exc:  # the server is away: live messages still get answered
             log.warning("chat watch: the backlog could not be read: %s", exc)
         else:
-            self.backlogs += 1
             older = [m for m in backlog if self._admit(m)]
             if older:
                 log.info("chat watch: answering %d unanswered messages of the backlog", len(older))
@@ -470,7 +432,6 @@ class ChatWatch:
             where = Dataset(message.space, message.object_id, CHAT_DATASET)
             reply = reply_fields(text, self.agent_name, message.message_id, ctx.clock.now())
             await ctx.client.upsert(where, [Upsert(REPLY_PREFIX + message.message_id, reply)])
-            self.answered += 1
             ctx.log.info("answered message %s (%s)", message.message_id, type(responder).__name__)
             return {"title": f"Answered {_summary(message.text)}", "turns": 1, "effects": 1}
         return {"title": f"No answer to {_summary(message.text)}", "turns": 1}
@@ -496,9 +457,7 @@ __all__ = [
     "ResponderContext",
     "SchedulerResponder",
     "chat_watch_fields",
-    "current_generation",
     "ensure_chat_watch",
     "generation_id",
-    "is_generation_id",
     "load_responders",
 ]

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from anyrtd.control.address import AddressError, parse_listen
+from anyrtd.address import AddressError, parse_listen
 
 DEFAULT_SERVER = "http://127.0.0.1:7001"
 DEFAULT_LISTEN = "127.0.0.1:7010"

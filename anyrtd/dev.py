@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from anyrtd.address import Address
 from anyrtd.client import ServerClient, ServerError, ServerUnavailable
 from anyrtd.config import Config
-from anyrtd.control.address import Address
 from anyrtd.control.writes import Records, WriteError
 from anyrtd.devserver import DevServerError, start_devserver
 from anyrtd.serve import StartError, start_daemon

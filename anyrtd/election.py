@@ -11,16 +11,15 @@ import asyncio
 import logging
 import platform
 import socket
-from collections.abc import Callable
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from anyrtd import __version__
 from anyrtd.client import DevicesView, ServerClient, ServerError, ServerUnavailable
 from anyrtd.clock import Clock, SystemClock
+from anyrtd.vocab import Verdict
 
 log = logging.getLogger("anyrtd.election")
 
-Verdict = Literal["active", "standby", "pruned"]
 APP = "bao"
 
 
@@ -53,7 +52,7 @@ class AlwaysActive:
 
     @property
     def verdict(self) -> Verdict:
-        return "active"
+        return Verdict.ACTIVE
 
     @property
     def poll_interval_s(self) -> float | None:
@@ -63,7 +62,7 @@ class AlwaysActive:
         return None
 
     async def poll(self) -> Verdict:
-        return "active"
+        return Verdict.ACTIVE
 
     def describe(self, peer_id: str | None) -> dict[str, Any]:
         return {
@@ -72,7 +71,7 @@ class AlwaysActive:
             "active": True,
             "peerId": peer_id,
             "winner": peer_id,
-            "verdict": "active",
+            "verdict": Verdict.ACTIVE,
             "lastPollAt": None,
         }
 
@@ -111,8 +110,7 @@ class Election:
         self.peer_id: str | None = None
         self.winner: str | None = None
         self.last_poll_at: float | None = None
-        self.listeners: list[Callable[[Verdict, Verdict], None]] = []
-        self._verdict: Verdict = "standby"
+        self._verdict: Verdict = Verdict.STANDBY
         self._recorded_winner: str | None = None
         self._failing: str | None = None
 
@@ -120,7 +118,7 @@ class Election:
 
     @property
     def verdict(self) -> Verdict:
-        return "active" if not self.enabled else self._verdict
+        return Verdict.ACTIVE if not self.enabled else self._verdict
 
     @property
     def poll_interval_s(self) -> float | None:
@@ -131,7 +129,7 @@ class Election:
         return {
             "app": APP,
             "enabled": self.enabled,
-            "active": self.verdict == "active",
+            "active": self.verdict == Verdict.ACTIVE,
             "peerId": me,
             "winner": self.winner if self.enabled else me,
             "verdict": self.verdict,
@@ -153,7 +151,7 @@ class Election:
                     self._disable("the server has no devices registry (404)")
                     return
                 if exc.code == "pruned":
-                    self._set("pruned")
+                    self._set(Verdict.PRUNED)
                     last = None
                     break
                 last = exc
@@ -170,13 +168,13 @@ class Election:
     async def poll(self, *, boot: bool = False) -> Verdict:
         """Read the registry once, claim the role if nobody holds it, and return the verdict."""
         if not self.enabled:
-            return "active"
+            return Verdict.ACTIVE
         try:
             view = await self.client.devices()
             if view is None:
                 if boot:
                     self._disable("the server has no devices registry (404)")
-                    return "active"
+                    return Verdict.ACTIVE
                 raise ServerUnavailable("GET /v1/devices answered 404")
             view = await self._settle(view)
         except (ServerUnavailable, ServerError) as exc:
@@ -198,7 +196,7 @@ class Election:
         row = view.row(me)
         if row is not None and row.deleted:
             self.winner = view.active.get(APP)
-            self._set("pruned")
+            self._set(Verdict.PRUNED)
             return view
         if row is None or APP not in row.apps:
             try:
@@ -206,7 +204,7 @@ class Election:
             except ServerError as exc:
                 if exc.code != "pruned":
                     raise
-                self._set("pruned")
+                self._set(Verdict.PRUNED)
                 return view
             view = await self._read()
         winner = view.active.get(APP)
@@ -221,7 +219,7 @@ class Election:
             winner = view.active.get(APP)
         self.winner = winner
         self._recorded_winner = winner
-        self._set("active" if winner == me else "standby")
+        self._set(Verdict.ACTIVE if winner == me else Verdict.STANDBY)
         return view
 
     def _should_claim(self, view: DevicesView, me: str, winner: str | None) -> bool:
@@ -258,20 +256,14 @@ class Election:
             before,
             self.winner or "none",
         )
-        for listener in self.listeners:
-            listener(before, verdict)
 
     def _disable(self, reason: str) -> None:
-        before = self.verdict
         self.enabled = False
         self.disabled_reason = reason
         log.warning(
             "election disabled for this run: %s; this device acts as the only one (always active)",
             reason,
         )
-        if before != "active":
-            for listener in self.listeners:
-                listener(before, "active")
 
     def _read_failed(self, exc: Exception) -> None:
         text = f"{exc.__class__.__name__}: {exc}"

@@ -116,11 +116,6 @@ def fires(
     return [d for d in triggers if d.kind == "event" and event_target(d, agent_space) == where]
 
 
-def event_args(defn: TriggerDef, message: ChatMessage) -> dict[str, Any]:
-    """Return the args a fire of `defn` for `message` runs with: its args plus {"event": ...}."""
-    return {**defn.args, "event": message.payload()}
-
-
 @dataclass
 class LiveGate:
     """What makes event triggers live-only: where each space's feed stood, and the wall time,
@@ -144,7 +139,6 @@ __all__ = [
     "CHAT_DATASET",
     "ChatMessage",
     "LiveGate",
-    "event_args",
     "event_target",
     "fires",
     "is_chat_dataset",

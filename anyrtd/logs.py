@@ -4,7 +4,7 @@ Under systemd (`JOURNAL_STREAM` names our stderr) every line starts with its `<N
 priority, tracebacks included, so `journalctl -u anyrtd -p err` shows the errors and
 their tracebacks; journald stamps the time itself. Elsewhere each line starts with a
 local ISO 8601 timestamp and the level name. The trigger and run a line concerns follow
-the message as `trigger=... run=...`: pass them in `extra=` or log through `bind()`.
+the message as `trigger=... run=...`: pass them in `extra=`.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, TextIO
+from typing import TextIO
 
 # The context fields a log line may carry, in the order they are written.
 CONTEXT_FIELDS = ("trigger", "run", "program")
@@ -134,25 +134,3 @@ def setup_logging(
     root.setLevel(name)
     for chatty in _CHATTY_LOGGERS:
         logging.getLogger(chatty).setLevel(name if name == "DEBUG" else "WARNING")
-
-
-class ContextLogger(logging.LoggerAdapter[logging.Logger]):
-    """A logger that adds its bound fields (trigger, run, ...) to every record it emits."""
-
-    def process(
-        self, msg: Any, kwargs: MutableMapping[str, Any]
-    ) -> tuple[Any, MutableMapping[str, Any]]:
-        merged = dict(self.extra or {})
-        merged.update(kwargs.get("extra") or {})
-        kwargs["extra"] = merged
-        return msg, kwargs
-
-    def bind(self, **fields: object) -> ContextLogger:
-        """Return a logger with `fields` added to this one's."""
-        return ContextLogger(self.logger, {**(self.extra or {}), **fields})
-
-
-def bind(logger: logging.Logger | str, **fields: object) -> ContextLogger:
-    """Return a logger whose lines carry `fields`: `bind(log, trigger=tid, run=rid).info(...)`."""
-    base = logging.getLogger(logger) if isinstance(logger, str) else logger
-    return ContextLogger(base, fields)

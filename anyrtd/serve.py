@@ -72,7 +72,7 @@ async def start_daemon(config: Config) -> tuple[Daemon, ControlServer]:
         await daemon.open()
     except SchemaNotAtHead as exc:
         raise StartError(str(exc)) from None
-    control = ControlServer(daemon)
+    control = ControlServer(daemon, config.listen, config.token_file)
     try:
         await control.start()
     except ControlStartError as exc:

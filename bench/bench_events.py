@@ -87,7 +87,7 @@ async def bench(messages: int, burst: int) -> dict[str, Any]:
                 "maxConsecutiveFailures": 1000,
             }
             await user.upsert(daemon.places.triggers, [Upsert("bench-events", fields)])
-            while "bench-events" not in daemon.registry or not daemon.live.heads:
+            while "bench-events" not in daemon.registry or not daemon.role.live.heads:
                 ticked.clear()
                 await ticked.wait()
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
+from fleet import Fleet
 
 from anyrtd.devserver import DevServer, start_devserver
 
@@ -182,3 +183,73 @@ async def devserver_inprocess(tmp_path: Path) -> AsyncIterator[DevServer]:
 
 
 # --- end devserver -------------------------------------------------------------------------
+
+
+# --- fleet ---------------------------------------------------------------------------------
+# `fleet`: in-process daemons on a multi-device devserver subprocess, one shared fake clock
+# (tests/fleet.py). Two devices unless the test or its module says `pytest.mark.devices(n)`.
+# `fleet_factory(devices=N, **devserver options)`: more fleets, or a fleet with options.
+
+
+@pytest.fixture
+async def fleet_factory(
+    devserver_factory: Callable[..., DevserverProcess], tmp_path: Path
+) -> AsyncIterator[Callable[..., Fleet]]:
+    """Make fleets on fresh devservers; each is closed at teardown."""
+    made: list[Fleet] = []
+
+    def make(*, devices: int = 2, **options: Any) -> Fleet:
+        where = tmp_path if not made else tmp_path / f"fleet{len(made)}"
+        made.append(Fleet(devserver_factory(devices=devices, **options), where))
+        return made[-1]
+
+    try:
+        yield make
+    finally:
+        for fleet in made:
+            await fleet.close()
+
+
+@pytest.fixture
+def fleet(fleet_factory: Callable[..., Fleet], request: pytest.FixtureRequest) -> Fleet:
+    """A fleet on a devserver with two devices (or `pytest.mark.devices(n)` of them)."""
+    marker = request.node.get_closest_marker("devices")
+    return fleet_factory(devices=int(marker.args[0]) if marker is not None else 2)
+
+
+# --- end fleet -----------------------------------------------------------------------------
+
+
+# --- markers -------------------------------------------------------------------------------
+# `pytest -m "not process"` is the fast loop: it leaves out every test that starts a real
+# process. A test is `process` when it uses a fixture that starts one, or sits in a module
+# whose tests start `anyrtd` (or another program) themselves.
+
+PROCESS_FIXTURES = frozenset({"devserver", "devserver_factory", "fleet", "fleet_factory"})
+PROCESS_MODULES = frozenset(
+    {
+        "test_cli_client",
+        "test_cli_completion",
+        "test_control_fuzz",
+        "test_control_process",
+        "test_dev",
+        "test_devserver_cli",
+        "test_multi_device_serve",
+        "test_packaging",
+        "test_runner",
+        "test_serve_notify",
+        "test_serve_process",
+        "test_systemd",
+    }
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        module = item.module.__name__ if isinstance(item, pytest.Function) else ""
+        if fixtures & PROCESS_FIXTURES or module in PROCESS_MODULES:
+            item.add_marker(pytest.mark.process)
+
+
+# --- end markers ---------------------------------------------------------------------------

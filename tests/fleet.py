@@ -1,9 +1,10 @@
-"""A fleet of in-process daemons, one per device of a multi-device devserver, for the election,
-event, chat-watch and standing tests.
+"""The harness of the in-process daemon tests: a fleet of daemons, one per device of a
+devserver, for the tick, election, event, chat-watch and standing tests.
 
-Each node is a real `Daemon` with a real `Election` on its own device's server; the clock is
-one shared `FakeClock`, and each test steps the fleet itself (`await fleet.step(s)`), so
-nothing waits on a bare sleep and hours of schedule pass in milliseconds.
+Each node is a real `Daemon` (with a real `Election`, or always active) on its own device's
+server; the clock is one shared `FakeClock`, and each test steps the fleet or its one node
+itself (`await fleet.step(s)`, `await node.step(s)`), so nothing waits on a bare sleep and
+hours of schedule pass in milliseconds. The `fleet` fixture lives in conftest.py.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class Programs:
     async def ok(self, args: Mapping[str, Any], ctx: ProgramContext) -> Mapping[str, Any]:
         self._note("ok", args, ctx)
         await self.release.wait()
-        return {"title": "fine"}
+        return {"title": "fine", "costUsd": 0.01}
 
     async def fail(self, args: Mapping[str, Any], ctx: ProgramContext) -> None:
         self._note("fail", args, ctx)
@@ -58,9 +59,9 @@ class Programs:
         return [c for c in self.calls if c[1] == trigger_id]
 
 
-# The run budget runs on the fleet's fake clock, which the tests move by minutes at a time:
+# The run budget runs on the fleet's fake clock, which the tests move by hours at a time:
 # a budget shorter than a step would end runs still in flight as `incomplete`.
-BUDGET_S = 3600.0
+BUDGET_S = 86_400.0
 
 
 class Node:
@@ -80,9 +81,10 @@ class Node:
             election_poll_s=10.0,
         )
         self.user = ServerClient(self.url)
-        self.daemon = self._make()
+        self.daemon = self.make_daemon()
 
-    def _make(self) -> Daemon:
+    def make_daemon(self) -> Daemon:
+        """Return a fresh daemon for this device (on its state directory, not opened)."""
         client = ServerClient(self.url)
         gate: Gate = (
             Election(client, clock=self.fleet.clock, name=f"device{self.index}", retry_s=0.01)
@@ -110,11 +112,43 @@ class Node:
         assert self.daemon.peer_id is not None
         return self.daemon.peer_id
 
+    @property
+    def clock(self) -> FakeClock:
+        return self.fleet.clock
+
+    @property
+    def programs(self) -> Programs:
+        return self.fleet.programs
+
+    @property
+    def triggers(self) -> Dataset:
+        assert self.daemon.places is not None
+        return self.daemon.places.triggers
+
+    async def put(self, rid: str, **fields: Any) -> None:
+        """Write a trigger record through this device's server, as a user would."""
+        await self.fleet.put(rid, via=self, **fields)
+
+    async def record(self, rid: str) -> dict[str, Any]:
+        """Return a trigger record as this device's server shows it (it must exist)."""
+        record = await self.fleet.record(rid, via=self)
+        assert record is not None, f"no record {rid}"
+        return record
+
+    async def runs(self, trigger_id: str) -> list[dict[str, Any]]:
+        """Return the `agent_runs` records of a trigger on this device's server."""
+        _, runs, _ = await self.fleet.places()
+        return await self.user.query_all(runs, filter={"triggerId": trigger_id})
+
+    async def step(self, seconds: float) -> list[str]:
+        """Move the clock forward, tick, fire what is due and let the runs end."""
+        return await self.fleet.step(seconds)
+
     async def boot(self) -> None:
         """Open the mirror, boot the election, and run the first sync and tick."""
         await self.daemon.open()
         await self.daemon.gate.boot()
-        self.daemon.live.since = self.fleet.clock.now()
+        self.daemon.role.live.since = self.fleet.clock.now()
         await self.tick()
         await self.tick()
 
@@ -126,8 +160,7 @@ class Node:
     async def settle(self) -> None:
         """Let in-flight runs end, drain the outbox, and tick."""
         async with asyncio.timeout(10):
-            while self.daemon._runs:
-                await asyncio.wait(set(self.daemon._runs))
+            await self.daemon.wait_idle()
         await self.daemon.drain_outbox()
         await self.tick()
 
@@ -137,8 +170,16 @@ class Node:
 
     async def restart(self) -> None:
         await self.stop()
-        self.daemon = self._make()
+        self.daemon = self.make_daemon()
         await self.boot()
+
+    async def repoint(self, url: str) -> None:
+        """Talk to this device's server at a new address (a restarted devserver)."""
+        self.url = url
+        await self.daemon.client.aclose()
+        await self.user.aclose()
+        self.daemon.client = ServerClient(url)
+        self.user = ServerClient(url)
 
     async def close(self) -> None:
         await self.stop()

@@ -1,169 +1,46 @@
 """The tick against a real devserver: each lifecycle rule of the seeds, the mirror, the outbox.
 
-The daemon runs in-process with an injected clock; each test calls `tick()` and
-`fire_due(now)` itself, so hours of schedule pass in milliseconds and nothing waits on
-a bare sleep.
+The daemon runs in-process with an injected clock (tests/fleet.py, one node); each test
+calls `tick()` and `fire_due(now)` itself, so hours of schedule pass in milliseconds and
+nothing waits on a bare sleep.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from fleet import T0, Fleet, Node
 from support import AGENT_RUNS_FIELDS, async_wait_until
 
-from anyrtd.client import Dataset, ServerClient, ServerError, ServerUnavailable, Upsert
-from anyrtd.clock import FakeClock
-from anyrtd.config import Config
-from anyrtd.daemon import Daemon
-from anyrtd.program import ProgramContext
-from anyrtd.runner import Runner
-
-T0 = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC, a Friday
-# The run budget runs on the fake clock, which the tests move by hours at a time.
-BUDGET_S = 86_400.0
-
-
-class Programs:
-    """In-process test programs whose calls the test can count and steer."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, Mapping[str, Any]]] = []
-        self.release = asyncio.Event()
-        self.release.set()
-
-    async def ok(self, args: Mapping[str, Any], ctx: ProgramContext) -> Mapping[str, Any]:
-        self.calls.append(("ok", args))
-        await self.release.wait()
-        return {"title": "fine", "costUsd": 0.01}
-
-    async def fail(self, args: Mapping[str, Any], ctx: ProgramContext) -> None:
-        self.calls.append(("fail", args))
-        raise RuntimeError("boom")
-
-    def table(self) -> dict[str, Callable[[Mapping[str, Any], ProgramContext], Awaitable[Any]]]:
-        return {"test:ok@v1": self.ok, "test:fail@v1": self.fail}
-
-
-class Harness:
-    """A daemon on a devserver, with helpers to write records and read them back."""
-
-    def __init__(self, url: str, state: Path, clock: FakeClock, programs: Programs) -> None:
-        self.url = url
-        self.clock = clock
-        self.programs = programs
-        self.config = Config(server=url, state_dir=state, tick_s=5.0, run_timeout_s=BUDGET_S)
-        self.daemon = self._make()
-        self.user = ServerClient(url)
-
-    def _make(self) -> Daemon:
-        client = ServerClient(self.url)
-        runner = Runner(
-            client=client,
-            clock=self.clock,
-            agent_name="bao",
-            space="bao",
-            commands={},
-            timeout_s=BUDGET_S,
-            extra_builtins=self.programs.table(),
-        )
-        return Daemon(self.config, clock=self.clock, client=client, runner=runner)
-
-    @property
-    def triggers(self) -> Dataset:
-        assert self.daemon.places is not None
-        return self.daemon.places.triggers
-
-    @property
-    def runs_ds(self) -> Dataset:
-        assert self.daemon.places is not None
-        return self.daemon.places.runs
-
-    @property
-    def me(self) -> str:
-        assert self.daemon.peer_id is not None
-        return self.daemon.peer_id
-
-    async def put(self, rid: str, **fields: Any) -> None:
-        await self.user.upsert(self.triggers, [Upsert(rid, fields)])
-
-    async def record(self, rid: str) -> dict[str, Any]:
-        records, _ = await self.user.query(self.triggers, filter={"id": rid})
-        assert records, f"no record {rid}"
-        return records[0]
-
-    async def runs(self, trigger_id: str) -> list[dict[str, Any]]:
-        return await self.user.query_all(self.runs_ds, filter={"triggerId": trigger_id})
-
-    async def tick(self) -> None:
-        """Read the change feed (if the server answers), then run one reconcile."""
-        with contextlib.suppress(ServerUnavailable):
-            await self.daemon.sync()
-        await self.daemon.tick()
-
-    async def settle(self) -> None:
-        """Wait for every in-flight run, then drain the outbox and tick once."""
-        async with asyncio.timeout(10):
-            while self.daemon._runs:
-                await asyncio.wait(set(self.daemon._runs))
-        await self.daemon.drain_outbox()
-        await self.tick()
-
-    async def step(self, seconds: float) -> list[str]:
-        """Move the clock forward, tick, fire what is due and let the runs end."""
-        self.clock.advance(seconds)
-        await self.tick()
-        started = await self.daemon.fire_due(self.clock.now())
-        await self.settle()
-        return started
-
-    async def repoint(self, url: str) -> None:
-        """Talk to a restarted devserver (it comes back on a new port)."""
-        self.url = url
-        await self.daemon.client.aclose()
-        await self.user.aclose()
-        self.daemon.client = ServerClient(url)
-        self.user = ServerClient(url)
-
-    async def restart(self) -> None:
-        await self.daemon.stop()
-        self.daemon = self._make()
-        await self.daemon.open()
-        await self.tick()
-
-    async def close(self) -> None:
-        if self.daemon.db is not None:
-            await self.daemon.stop()
-        await self.user.aclose()
+from anyrtd.client import ServerError
 
 
 @pytest.fixture
-async def h(devserver: Any, tmp_path: Path) -> AsyncIterator[Harness]:
-    harness = Harness(devserver.url, tmp_path / "state", FakeClock(T0), Programs())
-    await harness.daemon.open()
-    await harness.tick()
+async def h(devserver: Any, tmp_path: Path) -> AsyncIterator[Node]:
+    """One always-active daemon on a one-device devserver: the fleet harness with one node."""
+    fleet = Fleet(devserver, tmp_path)
     try:
-        yield harness
+        yield await fleet.node(1, election=False)
     finally:
-        await harness.close()
+        await fleet.close()
 
 
 def cron(expr: str = "*/10 * * * *", **fields: Any) -> dict[str, Any]:
     return {"kind": "cron", "spec": {"cron": expr}, "program": "test:ok@v1", **fields}
 
 
-async def test_a_pinned_record_is_adopted_within_one_tick(h: Harness) -> None:
+async def test_a_pinned_record_is_adopted_within_one_tick(h: Node) -> None:
     await h.put("digest", owner=h.me, **cron())
     await h.tick()
     entry = h.daemon.registry.get("digest")
     assert entry is not None and entry.row.next_fire == T0 + 600
 
 
-async def test_an_unassigned_record_is_claimed_then_fires_after_confirmation(h: Harness) -> None:
+async def test_an_unassigned_record_is_claimed_then_fires_after_confirmation(h: Node) -> None:
     await h.put("floating", owner="", **cron())
     await h.tick()
     assert (await h.record("floating"))["owner"] == "" or True
@@ -175,14 +52,14 @@ async def test_an_unassigned_record_is_claimed_then_fires_after_confirmation(h: 
     assert entry.confirmed and entry.row.next_fire is not None
 
 
-async def test_a_foreign_pinned_record_is_left_alone(h: Harness) -> None:
+async def test_a_foreign_pinned_record_is_left_alone(h: Node) -> None:
     await h.put("theirs", owner="12D3KooWSomeoneElse", **cron())
     await h.step(5)
     assert "theirs" not in h.daemon.registry
     assert (await h.record("theirs"))["owner"] == "12D3KooWSomeoneElse"
 
 
-async def test_a_repinned_trigger_is_evicted_within_one_tick(h: Harness) -> None:
+async def test_a_repinned_trigger_is_evicted_within_one_tick(h: Node) -> None:
     await h.put("t", owner=h.me, **cron())
     await h.step(1)
     await h.put("t", owner="12D3KooWSomeoneElse")
@@ -192,7 +69,7 @@ async def test_a_repinned_trigger_is_evicted_within_one_tick(h: Harness) -> None
     assert await h.runs("t") == []
 
 
-async def test_a_reassigned_trigger_is_claimed_again(h: Harness) -> None:
+async def test_a_reassigned_trigger_is_claimed_again(h: Node) -> None:
     await h.put("t", owner="12D3KooWSomeoneElse", **cron())
     await h.step(1)
     await h.put("t", owner="")
@@ -201,7 +78,7 @@ async def test_a_reassigned_trigger_is_claimed_again(h: Harness) -> None:
     assert "t" in h.daemon.registry
 
 
-async def test_a_deleted_trigger_is_evicted_and_its_id_stays_tombstoned(h: Harness) -> None:
+async def test_a_deleted_trigger_is_evicted_and_its_id_stays_tombstoned(h: Node) -> None:
     await h.put("t", owner=h.me, **cron())
     await h.step(1)
     await h.user.delete(h.triggers, ["t"])
@@ -214,7 +91,7 @@ async def test_a_deleted_trigger_is_evicted_and_its_id_stays_tombstoned(h: Harne
     assert "t" not in h.daemon.registry
 
 
-async def test_a_definition_edit_re_arms_strictly_forward(h: Harness) -> None:
+async def test_a_definition_edit_re_arms_strictly_forward(h: Node) -> None:
     await h.put("t", owner=h.me, **cron("0 9 * * *"))
     await h.step(1)
     entry = h.daemon.registry.get("t")
@@ -225,7 +102,7 @@ async def test_a_definition_edit_re_arms_strictly_forward(h: Harness) -> None:
     assert entry is not None and entry.row.next_fire == T0 + 300
 
 
-async def test_a_cron_fires_and_writes_a_run_record_and_the_rollup(h: Harness) -> None:
+async def test_a_cron_fires_and_writes_a_run_record_and_the_rollup(h: Node) -> None:
     await h.put("t", owner=h.me, **cron())
     await h.step(1)
     started = await h.step(600)
@@ -241,7 +118,7 @@ async def test_a_cron_fires_and_writes_a_run_record_and_the_rollup(h: Harness) -
     assert rec["consecutiveFailures"] == 0 and rec["lastCostUsd"] == 0.01
 
 
-async def test_a_cron_after_a_gap_fires_once_not_a_burst(h: Harness) -> None:
+async def test_a_cron_after_a_gap_fires_once_not_a_burst(h: Node) -> None:
     await h.put("t", owner=h.me, **cron("* * * * *"))
     await h.step(1)
     started = await h.step(6 * 3600)
@@ -251,7 +128,7 @@ async def test_a_cron_after_a_gap_fires_once_not_a_burst(h: Harness) -> None:
     assert entry.row.next_fire > h.clock.now()
 
 
-async def test_a_once_in_the_past_fires_late_exactly_once(h: Harness) -> None:
+async def test_a_once_in_the_past_fires_late_exactly_once(h: Node) -> None:
     await h.put("standup", owner=h.me, kind="once", spec={"at": T0 - 3600}, program="test:ok@v1")
     await h.tick()
     started = await h.daemon.fire_due(h.clock.now())
@@ -266,7 +143,7 @@ async def test_a_once_in_the_past_fires_late_exactly_once(h: Harness) -> None:
     assert len(await h.runs("standup")) == 1
 
 
-async def test_a_rewritten_once_without_last_run_at_fires_again(h: Harness) -> None:
+async def test_a_rewritten_once_without_last_run_at_fires_again(h: Node) -> None:
     await h.put("o", owner=h.me, kind="once", spec={"at": T0 + 10}, program="test:ok@v1")
     await h.step(1)
     assert len(await h.step(10)) == 1
@@ -279,7 +156,7 @@ async def test_a_rewritten_once_without_last_run_at_fires_again(h: Harness) -> N
     assert len(await h.step(100)) == 1
 
 
-async def test_the_breaker_trips_after_n_failures_and_a_flip_resets_it(h: Harness) -> None:
+async def test_the_breaker_trips_after_n_failures_and_a_flip_resets_it(h: Node) -> None:
     await h.put(
         "flaky", owner=h.me, **cron("* * * * *", program="test:fail@v1", maxConsecutiveFailures=2)
     )
@@ -300,7 +177,7 @@ async def test_the_breaker_trips_after_n_failures_and_a_flip_resets_it(h: Harnes
     assert rec["lastStatus"] == "ok" and rec["consecutiveFailures"] == 0
 
 
-async def test_an_enable_flip_resets_the_breaker_count(h: Harness) -> None:
+async def test_an_enable_flip_resets_the_breaker_count(h: Node) -> None:
     await h.put("t", owner=h.me, **cron("* * * * *", program="test:fail@v1"))
     await h.step(1)
     await h.step(60)
@@ -312,7 +189,7 @@ async def test_an_enable_flip_resets_the_breaker_count(h: Harness) -> None:
     assert rec["consecutiveFailures"] == 0
 
 
-async def test_markers_appear_and_clear_when_fixed(h: Harness) -> None:
+async def test_markers_appear_and_clear_when_fixed(h: Node) -> None:
     await h.put("bad", owner=h.me, **cron("0 0 30 2 *"))
     await h.step(1)
     assert (await h.record("bad"))["lastStatus"] == "invalid_spec"
@@ -333,7 +210,7 @@ async def test_markers_appear_and_clear_when_fixed(h: Harness) -> None:
 
 
 async def test_malformed_records_are_skipped_while_good_ones_fire(
-    h: Harness, caplog: pytest.LogCaptureFixture
+    h: Node, caplog: pytest.LogCaptureFixture
 ) -> None:
     await h.put("broken", owner=h.me, kind="weekly", program="test:ok@v1")
     await h.put("good", owner=h.me, **cron("* * * * *"))
@@ -348,7 +225,7 @@ async def test_malformed_records_are_skipped_while_good_ones_fire(
     assert "broken" not in h.daemon.registry
 
 
-async def test_a_user_edit_survives_a_rollup_write(h: Harness) -> None:
+async def test_a_user_edit_survives_a_rollup_write(h: Node) -> None:
     await h.put("t", owner=h.me, **cron("* * * * *", args={"text": "old"}))
     await h.step(1)
     h.programs.release.clear()
@@ -363,14 +240,14 @@ async def test_a_user_edit_survives_a_rollup_write(h: Harness) -> None:
     assert rec["lastStatus"] == "ok" and rec["runCount"] == 1
 
 
-async def test_a_standing_built_in_record_is_ignored(h: Harness) -> None:
+async def test_a_standing_built_in_record_is_ignored(h: Node) -> None:
     await h.put("rollup", owner="", **cron())
     await h.step(5)
     entry = h.daemon.registry.get("rollup")  # the code-owned built-in, not the record
     assert entry is None or entry.defn.program != "test:ok@v1"
 
 
-async def test_an_overlapping_occurrence_is_skipped(h: Harness) -> None:
+async def test_an_overlapping_occurrence_is_skipped(h: Node) -> None:
     await h.put("slow", owner=h.me, **cron("* * * * *"))
     await h.step(1)
     h.programs.release.clear()
@@ -384,12 +261,12 @@ async def test_an_overlapping_occurrence_is_skipped(h: Harness) -> None:
     assert len(await h.runs("slow")) == 1
 
 
-async def test_a_restart_comes_back_from_the_mirror_alone(h: Harness, devserver: Any) -> None:
+async def test_a_restart_comes_back_from_the_mirror_alone(h: Node, devserver: Any) -> None:
     await h.put("t", owner=h.me, **cron("*/10 * * * *"))
     await h.step(1)
     await h.daemon.stop()
     devserver.stop()
-    h.daemon = h._make()
+    h.daemon = h.make_daemon()
     await h.daemon.open()
     await h.tick()  # the server is away
     entry = h.daemon.registry.get("t")
@@ -397,8 +274,7 @@ async def test_a_restart_comes_back_from_the_mirror_alone(h: Harness, devserver:
     h.clock.advance(600)
     assert len(await h.daemon.fire_due(h.clock.now())) == 1
     async with asyncio.timeout(10):
-        while h.daemon._runs:
-            await asyncio.wait(set(h.daemon._runs))
+        await h.daemon.wait_idle()
     devserver.restart()
     await h.repoint(devserver.url)
     await h.daemon.drain_outbox()
@@ -406,7 +282,7 @@ async def test_a_restart_comes_back_from_the_mirror_alone(h: Harness, devserver:
 
 
 async def test_a_server_outage_loses_no_run_record_and_writes_none_twice(
-    h: Harness, devserver: Any
+    h: Node, devserver: Any
 ) -> None:
     await h.put("t", owner=h.me, **cron("* * * * *"))
     await h.step(1)
@@ -416,8 +292,7 @@ async def test_a_server_outage_loses_no_run_record_and_writes_none_twice(
         await h.tick()
         assert len(await h.daemon.fire_due(h.clock.now())) == 1
         async with asyncio.timeout(10):
-            while h.daemon._runs:
-                await asyncio.wait(set(h.daemon._runs))
+            await h.daemon.wait_idle()
         await h.daemon.drain_outbox()
     assert h.daemon.outbox_depth >= 0
     devserver.restart()
@@ -432,7 +307,7 @@ async def test_a_server_outage_loses_no_run_record_and_writes_none_twice(
 
 
 async def test_a_consumed_once_whose_run_never_finished_does_not_fire_again(
-    h: Harness,
+    h: Node,
 ) -> None:
     await h.put("o", owner=h.me, kind="once", spec={"at": T0 + 10}, program="test:ok@v1")
     await h.step(1)
@@ -445,14 +320,14 @@ async def test_a_consumed_once_whose_run_never_finished_does_not_fire_again(
 
     await async_wait_until(program_started, what="the program to start")
     # Simulate a crash: drop the daemon without letting the run finish or the mirror close.
-    for task in list(h.daemon._runs):
+    for task in list(h.daemon.firing.in_flight):
         task.cancel()
     assert h.daemon.db is not None
     await h.daemon.db.close()
-    h.daemon.db = None
+    h.daemon.unit.db = None
     await h.daemon.client.aclose()  # a dead process's sockets die with it
     h.programs.release.set()
-    h.daemon = h._make()
+    h.daemon = h.make_daemon()
     await h.daemon.open()
     await h.tick()
     await h.daemon.drain_outbox()

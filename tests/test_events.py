@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 from fleet import Fleet, Node
 from support import async_wait_until
 
@@ -102,15 +101,6 @@ def test_the_live_gate_admits_only_what_came_after_listening_began() -> None:
 
 
 # real daemons
-
-
-@pytest.fixture
-async def fleet(devserver_factory: Callable[..., Any], tmp_path: Path) -> AsyncIterator[Fleet]:
-    f = Fleet(devserver_factory(devices=2), tmp_path)
-    try:
-        yield f
-    finally:
-        await f.close()
 
 
 async def listen(fleet: Fleet, node: Node, rid: str = "on-chat", **fields: Any) -> None:
@@ -251,7 +241,7 @@ async def test_a_message_reaches_its_program_within_a_second(
         }
         await user.upsert(places.triggers, [Upsert("mark", fields)])
         await async_wait_until(
-            lambda: asyncio.sleep(0, "mark" in daemon.registry and daemon.live.heads),
+            lambda: asyncio.sleep(0, "mark" in daemon.registry and daemon.role.live.heads),
             what="the trigger to be adopted and the feed followed",
         )
         sent = time.time()

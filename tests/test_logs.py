@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from anyrtd.logs import bind, setup_logging, syslog_priority
+from anyrtd.logs import setup_logging, syslog_priority
 
 PLAIN_HEAD = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}[+-]\d\d:\d\d"
 
@@ -121,19 +121,16 @@ def test_elsewhere_lines_are_timestamped_with_level_and_ids() -> None:
     assert lines[-1] == "ZeroDivisionError: division by zero"
 
 
-def test_bound_loggers_carry_trigger_and_run_and_merge_call_extras() -> None:
+def test_trigger_and_run_extras_follow_the_message_quoted_when_needed() -> None:
     stream = io.StringIO()
     setup_logging(env={"JOURNAL_STREAM": "1:1"}, stream=stream)
-    trigger_log = bind("anyrtd.runner", trigger="t1")
-    trigger_log.info("armed")
-    run_log = trigger_log.bind(run="r7", program="agent:remind@v1")
-    run_log.info("started")
-    run_log.info("retried", extra={"run": "r8"})
-    bind(logging.getLogger("anyrtd.runner"), trigger="has space", run='a"b').info("odd ids")
+    log = logging.getLogger("anyrtd.runner")
+    log.info("armed", extra={"trigger": "t1"})
+    log.info("started", extra={"trigger": "t1", "run": "r7", "program": "agent:remind@v1"})
+    log.info("odd ids", extra={"trigger": "has space", "run": 'a"b'})
     assert stream.getvalue().splitlines() == [
         "<6>anyrtd.runner: armed trigger=t1",
         "<6>anyrtd.runner: started trigger=t1 run=r7 program=agent:remind@v1",
-        "<6>anyrtd.runner: retried trigger=t1 run=r8 program=agent:remind@v1",
         '<6>anyrtd.runner: odd ids trigger="has space" run="a\\"b"',
     ]
 

@@ -3,8 +3,7 @@ claiming and the active role's set, and the overlap window."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -17,24 +16,12 @@ def cron(expr: str = "*/10 * * * *", **fields: Any) -> dict[str, Any]:
     return {"kind": "cron", "spec": {"cron": expr}, "program": "test:ok@v1", **fields}
 
 
-@pytest.fixture
-async def fleet(devserver_factory: Callable[..., Any], tmp_path: Path) -> AsyncIterator[Fleet]:
-    f = Fleet(devserver_factory(devices=3), tmp_path)
-    try:
-        yield f
-    finally:
-        await f.close()
+pytestmark = pytest.mark.devices(3)
 
 
 @pytest.fixture
-async def replicated_fleet(
-    devserver_factory: Callable[..., Any], tmp_path: Path
-) -> AsyncIterator[Fleet]:
-    f = Fleet(devserver_factory(devices=2, replicated=True, sync_delay=0.05), tmp_path)
-    try:
-        yield f
-    finally:
-        await f.close()
+def replicated_fleet(fleet_factory: Callable[..., Fleet]) -> Fleet:
+    return fleet_factory(devices=2, replicated=True, sync_delay=0.05)
 
 
 async def test_the_active_device_claims_and_the_standby_fires_only_its_pins(fleet: Fleet) -> None:
@@ -59,8 +46,8 @@ async def test_the_active_role_set_lives_only_on_the_active_device(fleet: Fleet)
     standing = {"rollup", "extraction", "linkgen", "evolution", "decay", "reflection"}
     assert standing <= set(a.daemon.registry.entries)
     assert not standing & set(b.daemon.registry.entries)
-    cw = a.daemon.chat_watch_id
-    assert cw == "chat-watch" and b.daemon.chat_watch_id == cw
+    cw = a.daemon.role.chat_watch_id
+    assert cw == "chat-watch" and b.daemon.role.chat_watch_id == cw
     assert (await fleet.record(cw) or {})["owner"] == a.me
     assert a.daemon.chat.connected and not b.daemon.chat.connected
     markers = {e.id: e.row.marker for e in a.daemon.registry.entries.values() if e.id in standing}

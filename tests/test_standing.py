@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,14 +11,7 @@ from anyrtd.client import Upsert
 from anyrtd.mirror import Mirror
 from anyrtd.standing import NOT_INSTALLED, STANDING, definition
 
-
-@pytest.fixture
-async def fleet(devserver_factory: Callable[..., Any], tmp_path: Path) -> AsyncIterator[Fleet]:
-    f = Fleet(devserver_factory(devices=1), tmp_path)
-    try:
-        yield f
-    finally:
-        await f.close()
+pytestmark = pytest.mark.devices(1)
 
 
 def test_the_definition_is_code_owned_over_the_records_own_fields() -> None:

@@ -7,10 +7,10 @@ import zoneinfo
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from anyrtd.address import AddressError
 from anyrtd.cli.control import ControlClient, ControlError, ControlUnreachable
 from anyrtd.client import Dataset, ServerClient, ServerError, ServerUnavailable
 from anyrtd.config import Config
-from anyrtd.control.address import AddressError
 from anyrtd.election import APP
 from anyrtd.model import Malformed, parse_record
 from anyrtd.places import TRIGGER_TYPE_KEY

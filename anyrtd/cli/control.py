@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from anyrtd.control.address import TcpAddress, UnixAddress, parse_listen, read_token
+from anyrtd.address import TcpAddress, UnixAddress, parse_listen, read_token
 
 if TYPE_CHECKING:
     import httpx

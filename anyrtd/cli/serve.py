@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from anyrtd.address import TcpAddress
 from anyrtd.cli.shared import (
     LISTEN_OPTION,
     SPACE_OPTION,
@@ -23,7 +24,6 @@ from anyrtd.cli.shared import (
     shared_options,
 )
 from anyrtd.config import DEFAULT_LISTEN, DEFAULT_SERVER, Config
-from anyrtd.control.address import TcpAddress
 
 if TYPE_CHECKING:
     from anyrtd.dev import DevReady

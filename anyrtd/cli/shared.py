@@ -138,8 +138,8 @@ def client_command(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def failure(exc: Exception, config: Config) -> str | None:
     """Return the one line that explains a known failure of a command, else None."""
+    from anyrtd.address import AddressError
     from anyrtd.cli.control import ControlError, ControlUnreachable
-    from anyrtd.control.address import AddressError
 
     if isinstance(exc, ControlUnreachable):
         return str(exc)

@@ -1,9 +1,9 @@
 """The control API: the seeds' trigger routes plus runs, election, health, metrics and OpenAPI.
 
-`make_app(daemon)` builds the aiohttp application; `anyrtd.control.server` serves it
-inside the daemon's loop. Reads come from the registry, the record cache and the
-mirror; writes go through to the trigger record on the server first
-(`Daemon.write_through`), so the next reconcile cannot revert them.
+`make_app(port)` builds the aiohttp application on the daemon's port (`anyrtd.port.Port`);
+`anyrtd.control.server` serves it inside the daemon's loop. Reads ask the port; writes go
+through to the trigger record on the server first (`Port.write_through`), so the next
+reconcile cannot revert them.
 """
 
 from __future__ import annotations
@@ -36,12 +36,11 @@ from anyrtd.control.views import (
     trigger_state,
     trigger_view,
 )
-from anyrtd.daemon import Daemon
-from anyrtd.mirror import Mirror
 from anyrtd.model import TriggerDef, spec_error
-from anyrtd.vocab import RunStatus
+from anyrtd.port import Port, TriggerFacts
+from anyrtd.vocab import Kind, LastStatus, RollupField, RunStatus
 
-DAEMON = web.AppKey("daemon", Daemon)
+PORT = web.AppKey("port", Port)
 LIST_CACHE = web.AppKey("list_cache", ListCache)
 
 RUN_STATUSES = tuple(RunStatus)
@@ -60,13 +59,13 @@ class BadRequest(Exception):
         self.code = code
 
 
-def make_app(daemon: Daemon, guard: Guard | None = None) -> web.Application:
-    """Build the control API application for `daemon`."""
+def make_app(port: Port, guard: Guard | None = None) -> web.Application:
+    """Build the control API application on `port` (the daemon, or a fake of it)."""
     app = web.Application(
         middlewares=[errors_middleware, guard_middleware, _bad_request_middleware],
         client_max_size=MAX_BODY,
     )
-    app[DAEMON] = daemon
+    app[PORT] = port
     app[GUARD] = guard or Guard()
     app[LIST_CACHE] = ListCache()
     app.router.add_get("/triggers", list_triggers)
@@ -113,32 +112,28 @@ async def _bad_request_middleware(request: web.Request, handler: Any) -> web.Str
 # --------------------------------------------------------------------------- helpers
 
 
-def _daemon(request: web.Request) -> Daemon:
-    return request.app[DAEMON]
+def _port(request: web.Request) -> Port:
+    return request.app[PORT]
 
 
-def _view(daemon: Daemon, trigger_id: str, *, detail: bool) -> dict[str, Any] | None:
-    entry = daemon.registry.get(trigger_id)
-    parsed = daemon.records.parsed.get(trigger_id)
-    if entry is None and parsed is None:
-        return None
-    raw = None if isinstance(parsed, TriggerDef) else daemon.records.raw(trigger_id)
+def _view(facts: TriggerFacts, *, detail: bool) -> dict[str, Any]:
     return trigger_view(
-        trigger_id, entry, parsed, raw, daemon.peer_id, daemon.clock.now(), detail=detail
+        facts.id, facts.entry, facts.parsed, facts.raw, facts.peer_id, facts.now, detail=detail
     )
 
 
-def _known(request: web.Request) -> tuple[Daemon, str]:
-    daemon = _daemon(request)
+def _known(request: web.Request) -> tuple[Port, TriggerFacts]:
+    port = _port(request)
     trigger_id = request.match_info["id"]
-    if trigger_id not in daemon.registry and trigger_id not in daemon.records.parsed:
+    facts = port.trigger(trigger_id)
+    if facts is None:
         raise BadRequest(
             f"no trigger {trigger_id!r} among this daemon's records: "
             "`anyrtd triggers list --all` shows the ones it knows",
             status=404,
             code="not_found",
         )
-    return daemon, trigger_id
+    return port, facts
 
 
 def _flag(request: web.Request, name: str) -> bool:
@@ -177,24 +172,24 @@ async def _json_body(request: web.Request) -> Any:
 
 
 async def _write(
-    daemon: Daemon, trigger_id: str, fields: Mapping[str, Any], unset: Iterable[str] = ()
+    port: Port, trigger_id: str, fields: Mapping[str, Any], unset: Iterable[str] = ()
 ) -> dict[str, Any]:
-    await daemon.write_through(trigger_id, fields, unset)
-    view = _view(daemon, trigger_id, detail=True)
-    if view is None:
+    await port.write_through(trigger_id, fields, unset)
+    facts = port.trigger(trigger_id)
+    if facts is None:
         raise BadRequest(f"trigger {trigger_id!r} was deleted", status=404, code="not_found")
-    return view
+    return _view(facts, detail=True)
 
 
-def _enable_fields(daemon: Daemon, trigger_id: str) -> tuple[dict[str, Any], list[str]]:
+def _enable_fields(facts: TriggerFacts) -> tuple[dict[str, Any], list[str]]:
     """Return the write that enables a trigger and resets its breaker."""
-    parsed = daemon.records.parsed.get(trigger_id)
+    parsed = facts.parsed
     if isinstance(parsed, TriggerDef):
         last_status = parsed.rollup.last_status
     else:
-        last_status = (daemon.records.raw(trigger_id) or {}).get("lastStatus")
-    unset = ["lastStatus"] if last_status == "auto_disabled" else []
-    return {"enabled": True, "consecutiveFailures": 0}, unset
+        last_status = (facts.raw or {}).get(RollupField.LAST_STATUS)
+    unset: list[str] = [RollupField.LAST_STATUS] if last_status == LastStatus.AUTO_DISABLED else []
+    return {"enabled": True, RollupField.CONSECUTIVE_FAILURES: 0}, unset
 
 
 # --------------------------------------------------------------------------- triggers
@@ -202,37 +197,34 @@ def _enable_fields(daemon: Daemon, trigger_id: str) -> tuple[dict[str, Any], lis
 
 async def list_triggers(request: web.Request) -> web.Response:
     """GET /triggers: every registry entry (with ?all=true, every record this daemon knows)."""
-    daemon = _daemon(request)
+    port = _port(request)
     everything = _flag(request, "all")
-    entries = daemon.registry.entries
-    parsed = daemon.records.parsed
-    ids = set(entries)
+    known = port.triggers()
+    ids = set(known.entries)
     if everything:
-        ids.update(parsed)
+        ids.update(known.parsed)
     body = request.app[LIST_CACHE].render(
-        sorted(ids), entries, parsed, daemon.records.raw, daemon.peer_id, daemon.clock.now()
+        sorted(ids), known.entries, known.parsed, known.raw, known.peer_id, known.now
     )
     return web.Response(body=body, content_type="application/json")
 
 
 async def get_trigger(request: web.Request) -> web.Response:
     """GET /triggers/:id: one trigger with its next fire times."""
-    daemon, trigger_id = _known(request)
-    view = _view(daemon, trigger_id, detail=True)
-    assert view is not None
-    return web.json_response(view)
+    _, facts = _known(request)
+    return web.json_response(_view(facts, detail=True))
 
 
 async def trigger_runs(request: web.Request) -> web.Response:
     """GET /triggers/:id/runs: the 20 newest run summaries."""
-    daemon, trigger_id = _known(request)
-    rows = await daemon.db_call(lambda m: m.runs(trigger_id=trigger_id, limit=TRIGGER_RUNS))
+    port, facts = _known(request)
+    rows = await port.runs(trigger_id=facts.id, limit=TRIGGER_RUNS)
     return web.json_response([run_summary(r) for r in rows])
 
 
 async def patch_trigger(request: web.Request) -> web.Response:
     """PATCH /triggers/:id {spec?, enabled?}: write through; a new spec re-arms forward."""
-    daemon, trigger_id = _known(request)
+    port, facts = _known(request)
     body = await _json_body(request)
     if not isinstance(body, dict):
         raise BadRequest('the body must be a JSON object such as {"enabled": false}')
@@ -246,65 +238,64 @@ async def patch_trigger(request: web.Request) -> web.Response:
         raise BadRequest('nothing to change: send spec and/or enabled, e.g. {"enabled": false}')
     fields: dict[str, Any] = {}
     unset: list[str] = []
-    parsed = daemon.records.parsed.get(trigger_id)
+    parsed = facts.parsed
     if "spec" in body:
-        kind = parsed.kind if isinstance(parsed, TriggerDef) else _raw_kind(daemon, trigger_id)
+        kind = parsed.kind if isinstance(parsed, TriggerDef) else _raw_kind(facts)
         problem = spec_error(kind, body["spec"])
         if problem is not None:
             raise BadRequest(f"spec refused, nothing was written: {problem}", code="invalid_spec")
         fields["spec"] = body["spec"]
-        if kind == "once" and isinstance(parsed, TriggerDef) and body["spec"] != parsed.spec:
+        if kind == Kind.ONCE and isinstance(parsed, TriggerDef) and body["spec"] != parsed.spec:
             # A once takes lastRunAt as its consumed state: a new `at` re-arms the shot.
-            unset.append("lastRunAt")
+            unset.append(RollupField.LAST_RUN_AT)
     if "enabled" in body:
         enabled = body["enabled"]
         if not isinstance(enabled, bool):
             raise BadRequest(f"enabled must be true or false, not {json.dumps(enabled)[:40]}")
         if enabled:
-            more, extra_unset = _enable_fields(daemon, trigger_id)
+            more, extra_unset = _enable_fields(facts)
             fields.update(more)
             unset += extra_unset
         else:
             fields["enabled"] = False
-    return web.json_response(await _write(daemon, trigger_id, fields, unset))
+    return web.json_response(await _write(port, facts.id, fields, unset))
 
 
-def _raw_kind(daemon: Daemon, trigger_id: str) -> str:
-    kind = (daemon.records.raw(trigger_id) or {}).get("kind")
+def _raw_kind(facts: TriggerFacts) -> str:
+    kind = (facts.raw or {}).get("kind")
     return kind if isinstance(kind, str) else repr(kind)
 
 
 async def enable_trigger(request: web.Request) -> web.Response:
     """POST /triggers/:id/enable: enable and reset the breaker."""
-    daemon, trigger_id = _known(request)
-    fields, unset = _enable_fields(daemon, trigger_id)
-    return web.json_response(await _write(daemon, trigger_id, fields, unset))
+    port, facts = _known(request)
+    fields, unset = _enable_fields(facts)
+    return web.json_response(await _write(port, facts.id, fields, unset))
 
 
 async def disable_trigger(request: web.Request) -> web.Response:
     """POST /triggers/:id/disable."""
-    daemon, trigger_id = _known(request)
-    return web.json_response(await _write(daemon, trigger_id, {"enabled": False}))
+    port, facts = _known(request)
+    return web.json_response(await _write(port, facts.id, {"enabled": False}))
 
 
 async def run_trigger(request: web.Request) -> web.Response:
     """POST /triggers/:id/run: run now, outside the schedule (a manual run)."""
-    daemon, trigger_id = _known(request)
-    entry = daemon.registry.get(trigger_id)
-    if entry is None:
-        parsed = daemon.records.parsed.get(trigger_id)
+    port, facts = _known(request)
+    trigger_id, parsed = facts.id, facts.parsed
+    if facts.entry is None:
         owner = parsed.owner if isinstance(parsed, TriggerDef) else None
         where = f"pinned to {owner}" if owner else "not held by any device yet"
         if parsed is not None and not isinstance(parsed, TriggerDef):
             where = "malformed"
         raise BadRequest(
             f"trigger {trigger_id!r} is {where}, not in this device's registry "
-            f"(peer {daemon.peer_id}): run it on its device, or pin it here with "
-            f"`anyrtd triggers pin {trigger_id} {daemon.peer_id}`",
+            f"(peer {facts.peer_id}): run it on its device, or pin it here with "
+            f"`anyrtd triggers pin {trigger_id} {facts.peer_id}`",
             status=409,
             code="not_adopted",
         )
-    run_id = await daemon.run_now(trigger_id)
+    run_id = await port.run_now(trigger_id)
     if run_id is None:
         raise BadRequest(f"trigger {trigger_id!r} could not be started", status=409, code="busy")
     return web.json_response(
@@ -317,7 +308,7 @@ async def run_trigger(request: web.Request) -> web.Response:
 
 async def list_runs(request: web.Request) -> web.Response:
     """GET /runs?trigger=&status=&limit=: the newest runs on this device."""
-    daemon = _daemon(request)
+    port = _port(request)
     trigger = request.query.get("trigger") or None
     status = request.query.get("status") or None
     if status is not None and status not in RUN_STATUSES:
@@ -330,15 +321,14 @@ async def list_runs(request: web.Request) -> web.Response:
                 f"limit {limit_text!r}: give a whole number from 1 to {MAX_RUNS_LIMIT}"
             )
         limit = int(limit_text)
-    rows = await daemon.db_call(lambda m: m.runs(trigger_id=trigger, status=status, limit=limit))
+    rows = await port.runs(trigger_id=trigger, status=status, limit=limit)
     return web.json_response([run_summary(r) for r in rows])
 
 
 async def get_run(request: web.Request) -> web.Response:
     """GET /runs/:runId: one run with its result and captured output."""
-    daemon = _daemon(request)
     run_id = request.match_info["run_id"]
-    row = await daemon.db_call(lambda m: m.run(run_id))
+    row = await _port(request).run(run_id)
     if row is None:
         raise BadRequest(
             f"no run {run_id!r} on this device: `anyrtd runs list` shows the recent ones",
@@ -353,58 +343,49 @@ async def get_run(request: web.Request) -> web.Response:
 
 async def election(request: web.Request) -> web.Response:
     """GET /election: this device's verdict as the gate holds it."""
-    daemon = _daemon(request)
-    return web.json_response(daemon.gate.describe(daemon.peer_id))
-
-
-def _tick_age(daemon: Daemon) -> float | None:
-    if daemon.last_tick_mono is None:
-        return None
-    return max(0.0, daemon.clock.monotonic() - daemon.last_tick_mono)
+    return web.json_response(_port(request).election())
 
 
 async def healthz(request: web.Request) -> web.Response:
     """GET /healthz: liveness and the age of the last tick (503 when ticks have stalled)."""
-    daemon = _daemon(request)
-    age = _tick_age(daemon)
-    stale_after = max(3 * daemon.config.tick_s, 30.0)
+    health = _port(request).health()
+    age = health.last_tick_age
+    stale_after = max(3 * health.tick_s, 30.0)
     status = "starting" if age is None else "ok" if age <= stale_after else "stale"
     body = {
         "status": status,
         "version": __version__,
-        "now": daemon.clock.now(),
-        "lastTickAt": daemon.last_tick_at,
+        "now": health.now,
+        "lastTickAt": health.last_tick_at,
         "lastTickAgeS": None if age is None else round(age, 3),
         "staleAfterS": stale_after,
-        "tickS": daemon.config.tick_s,
-        "peerId": daemon.peer_id,
-        "verdict": daemon.gate.verdict,
-        "triggers": len(daemon.registry),
-        "serverResolved": daemon.places is not None,
-        "lastError": daemon.stats.last_error,
+        "tickS": health.tick_s,
+        "peerId": health.peer_id,
+        "verdict": health.verdict,
+        "triggers": health.triggers,
+        "serverResolved": health.server_resolved,
+        "lastError": health.last_error,
     }
     return web.json_response(body, status=200 if status == "ok" else 503)
 
 
 async def metrics(request: web.Request) -> web.Response:
     """GET /metrics: Prometheus text."""
-    daemon = _daemon(request)
-    peer = daemon.peer_id
-    parsed = daemon.records.parsed
+    port = _port(request)
+    known = port.triggers()
     states: Counter[str] = Counter()
-    for tid, entry in daemon.registry.entries.items():
-        item = parsed.get(tid)
+    for tid, entry in known.entries.items():
+        item = known.parsed.get(tid)
         last_status = item.rollup.last_status if isinstance(item, TriggerDef) else None
-        states[trigger_state(entry, entry.defn, peer, last_status)] += 1
-    depth = await daemon.db_call(Mirror.outbox_depth)
-    daemon.outbox_depth = depth
+        states[trigger_state(entry, entry.defn, known.peer_id, last_status)] += 1
+    facts = await port.metrics()
     text = metrics_text(
         states=states,
-        stats=daemon.stats,
-        outbox_depth=depth,
-        verdict=daemon.gate.verdict,
-        last_tick_age=_tick_age(daemon),
-        peer_id=peer,
+        stats=facts.stats,
+        outbox_depth=facts.outbox_depth,
+        verdict=facts.verdict,
+        last_tick_age=facts.last_tick_age,
+        peer_id=facts.peer_id,
         version=__version__,
     )
     return web.Response(

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from anyrtd.control.address import is_loopback_host, split_host_header
+from anyrtd.address import is_loopback_host, split_host_header
 
 log = logging.getLogger("anyrtd.control")
 

@@ -5,6 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from anyrtd.control.page import OPENAPI_PATHS
+from anyrtd.vocab import ENDED_STATUSES, Kind, RunStatus, TriggerState, Verdict
+
+RUN_STATUSES: list[str] = [RunStatus.RUNNING, *ENDED_STATUSES]
+"""A run's `status` as the API shows it: `running` first, then the four outcomes."""
 
 _NUM_OR_NULL: dict[str, Any] = {"type": ["number", "null"]}
 _STR_OR_NULL: dict[str, Any] = {"type": ["string", "null"]}
@@ -70,7 +74,7 @@ _SCHEMAS: dict[str, Any] = {
         "properties": {
             "id": {"type": "string"},
             "name": {"type": "string"},
-            "kind": {"type": ["string", "null"], "enum": ["cron", "once", "event", None]},
+            "kind": {"type": ["string", "null"], "enum": [*Kind, None]},
             "owner": {"type": "string", "description": "The device pin; empty = unassigned."},
             "enabled": {"type": "boolean"},
             "lastRunAt": _NUM_OR_NULL,
@@ -87,9 +91,8 @@ _SCHEMAS: dict[str, Any] = {
             "adopted": {"type": "boolean", "description": "In this device's registry."},
             "state": {
                 "type": "string",
-                "description": "scheduled, listening, running, idle, disabled, auto_disabled, "
-                "consumed, claiming, invalid_spec, unsupported_source, unassigned, "
-                "pinned_here, pinned_elsewhere or malformed.",
+                "enum": [*TriggerState],
+                "description": "Where the trigger stands on this device.",
             },
             "running": {"type": "integer"},
             "marker": _STR_OR_NULL,
@@ -127,10 +130,7 @@ _SCHEMAS: dict[str, Any] = {
             "startedAt": {"type": "number"},
             "endedAt": _NUM_OR_NULL,
             "durationMs": {"type": ["integer", "null"]},
-            "status": {
-                "type": "string",
-                "enum": ["running", "ok", "FAILED", "incomplete", "interrupted"],
-            },
+            "status": {"type": "string", "enum": RUN_STATUSES},
             "errorType": _STR_OR_NULL,
             "error": _STR_OR_NULL,
             "turns": {"type": "integer"},
@@ -176,7 +176,7 @@ _SCHEMAS: dict[str, Any] = {
             "active": {"type": "boolean"},
             "peerId": _STR_OR_NULL,
             "winner": _STR_OR_NULL,
-            "verdict": {"type": "string", "enum": ["active", "standby", "pruned"]},
+            "verdict": {"type": "string", "enum": [*Verdict]},
         },
     },
     "Health": {
@@ -279,10 +279,7 @@ def _paths() -> dict[str, Any]:
                     {
                         "name": "status",
                         "in": "query",
-                        "schema": {
-                            "type": "string",
-                            "enum": ["running", "ok", "FAILED", "incomplete", "interrupted"],
-                        },
+                        "schema": {"type": "string", "enum": RUN_STATUSES},
                     },
                     {
                         "name": "limit",

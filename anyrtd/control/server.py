@@ -12,7 +12,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from anyrtd.control.address import (
+from anyrtd.address import (
     AddressError,
     TcpAddress,
     UnixAddress,
@@ -22,7 +22,7 @@ from anyrtd.control.address import (
 )
 from anyrtd.control.api import make_app
 from anyrtd.control.guard import PROTOCOL_LOG, Guard
-from anyrtd.daemon import Daemon
+from anyrtd.port import Port
 
 log = logging.getLogger("anyrtd.control")
 
@@ -32,12 +32,13 @@ class ControlStartError(Exception):
 
 
 class ControlServer:
-    """The control API's listener: start after `Daemon.open()`, stop before `Daemon.stop()`."""
+    """The control API's listener on `listen` (`host:port` or `unix:PATH`): start after
+    `Daemon.open()`, stop before `Daemon.stop()`."""
 
-    def __init__(self, daemon: Daemon, listen: str | None = None, token_file: Path | None = None):
-        self.daemon = daemon
-        self.listen = listen if listen is not None else daemon.config.listen
-        self.token_file = token_file if token_file is not None else daemon.config.token_file
+    def __init__(self, port: Port, listen: str, token_file: Path | None = None) -> None:
+        self.port = port
+        self.listen = listen
+        self.token_file = token_file
         self.address: TcpAddress | UnixAddress | None = None
         self._runner: web.AppRunner | None = None
         self._socket_path: Path | None = None
@@ -70,7 +71,7 @@ class ControlServer:
                     address,
                 )
         runner = web.AppRunner(
-            make_app(self.daemon, Guard(token=token, unix=unix, extra_hosts=extra)),
+            make_app(self.port, Guard(token=token, unix=unix, extra_hosts=extra)),
             access_log=None,
             handle_signals=False,
             logger=PROTOCOL_LOG,

@@ -16,7 +16,14 @@ from anyrtd.registry import Entry
 from anyrtd.rows import RunRow
 from anyrtd.runs import run_record
 from anyrtd.schedule import preview
-from anyrtd.vocab import is_unassigned
+from anyrtd.vocab import (
+    ENDED_STATUSES,
+    Kind,
+    LastStatus,
+    TriggerState,
+    Verdict,
+    is_unassigned,
+)
 
 NEXT_FIRES = 5
 
@@ -26,25 +33,27 @@ def trigger_state(
 ) -> str:
     """Return one word for where a trigger stands on this device."""
     if defn is None:
-        return "malformed"
+        return TriggerState.MALFORMED
     if entry is None:
         if is_unassigned(defn.owner):
-            return "unassigned"
-        return "pinned_here" if defn.owner == peer_id else "pinned_elsewhere"
+            return TriggerState.UNASSIGNED
+        return TriggerState.PINNED_HERE if defn.owner == peer_id else TriggerState.PINNED_ELSEWHERE
     row = entry.row
     if row.claimed_at is not None:
-        return "claiming"
+        return TriggerState.CLAIMING
     if row.marker is not None:
         return row.marker
     if not row.enabled:
-        if last_status == "auto_disabled":
-            return "auto_disabled"
-        return "consumed" if defn.kind == "once" and row.consumed else "disabled"
+        if last_status == LastStatus.AUTO_DISABLED:
+            return TriggerState.AUTO_DISABLED
+        if defn.kind == Kind.ONCE and row.consumed:
+            return TriggerState.CONSUMED
+        return TriggerState.DISABLED
     if entry.running:
-        return "running"
-    if defn.kind == "event":
-        return "listening"
-    return "scheduled" if row.next_fire is not None else "idle"
+        return TriggerState.RUNNING
+    if defn.kind == Kind.EVENT:
+        return TriggerState.LISTENING
+    return TriggerState.SCHEDULED if row.next_fire is not None else TriggerState.IDLE
 
 
 def trigger_view(
@@ -168,7 +177,7 @@ def next_fires(entry: Entry | None, now: float, n: int = NEXT_FIRES) -> list[flo
     if entry is None or entry.row.next_fire is None:
         return []
     first = entry.row.next_fire
-    if entry.defn.kind != "cron":
+    if entry.defn.kind != Kind.CRON:
         return [first]
     return [first, *preview(entry.defn, first, n - 1, anchor=entry.row.armed_at)]
 
@@ -197,7 +206,7 @@ def _malformed_view(
         "program": pick("program", str),
         "args": pick("args", dict) or {},
         "adopted": False,
-        "state": "malformed",
+        "state": TriggerState.MALFORMED,
         "malformed": parsed.reason if isinstance(parsed, Malformed) else "record not readable",
         "running": 0,
         "marker": None,
@@ -224,21 +233,17 @@ def run_detail(row: RunRow) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- metrics
 
-VERDICTS = ("active", "standby", "pruned")
-TRIGGER_STATES = (
-    "scheduled",
-    "listening",
-    "running",
-    "idle",
-    "disabled",
-    "auto_disabled",
-    "consumed",
-    "claiming",
-    "invalid_spec",
-    "unsupported_source",
-    "not_installed",
+NOT_ADOPTED = frozenset(
+    {
+        TriggerState.UNASSIGNED,
+        TriggerState.PINNED_HERE,
+        TriggerState.PINNED_ELSEWHERE,
+        TriggerState.MALFORMED,
+    }
 )
-RUN_STATUSES = ("ok", "FAILED", "incomplete", "interrupted")
+"""The states of a record this device holds no entry for: never among the metrics' entries."""
+TRIGGER_STATES = tuple(s for s in TriggerState if s not in NOT_ADOPTED)
+"""The states the metrics count registry entries in (each shown, zero or not)."""
 
 
 def _escape(value: str) -> str:
@@ -277,7 +282,7 @@ def metrics_text(
         "# TYPE anyrtd_runs_total counter",
     ]
     finished = stats.runs_finished
-    for status in sorted(set(RUN_STATUSES) | set(finished)):
+    for status in sorted(set(ENDED_STATUSES) | set(finished)):
         lines.append(f'anyrtd_runs_total{{status="{_escape(status)}"}} {finished.get(status, 0)}')
     counters = (
         ("anyrtd_fires_total", "Runs started (scheduled and by hand).", stats.fires),
@@ -314,7 +319,7 @@ def metrics_text(
         "# HELP anyrtd_election_verdict This device's election verdict (1 for the one held).",
         "# TYPE anyrtd_election_verdict gauge",
     ]
-    for v in VERDICTS:
+    for v in Verdict:
         lines.append(f'anyrtd_election_verdict{{verdict="{v}"}} {1 if v == verdict else 0}')
     if last_tick_age is not None:
         lines += [

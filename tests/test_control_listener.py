@@ -11,8 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from anyrtd.config import Config
-from anyrtd.control.address import (
+from anyrtd.address import (
     AddressError,
     TcpAddress,
     UnixAddress,
@@ -21,6 +20,7 @@ from anyrtd.control.address import (
     read_token,
     split_host_header,
 )
+from anyrtd.config import Config
 from anyrtd.control.server import ControlServer, ControlStartError
 from anyrtd.daemon import Daemon
 

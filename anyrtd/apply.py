@@ -1,0 +1,188 @@
+"""Apply: a reconcile plan → the registry and the unit of work.
+
+`reconcile` (pure) says what to do with each trigger; `Apply` does it: adopts, claims,
+confirms, refreshes, toggles, evicts and marks entries, and queues the writes each of
+those owes (entry rows, owner stamps, markers) in the step's unit of work.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from anyrtd.metrics import Stats
+from anyrtd.model import TriggerDef, health_marker
+from anyrtd.reconcile import (
+    Adopt,
+    Confirm,
+    Context,
+    EntryView,
+    Evict,
+    Mark,
+    Refresh,
+    Skip,
+    Toggle,
+    Track,
+    reconcile,
+)
+from anyrtd.records import RecordCache
+from anyrtd.registry import Entry, Registry, new_row
+from anyrtd.rows import EntryRow
+from anyrtd.unit import Unit
+from anyrtd.vocab import Kind, LastStatus, RollupField, Verdict
+
+log = logging.getLogger("anyrtd.daemon")
+
+
+class Apply:
+    """Carries out reconcile plans on the registry; remembers the claims not yet confirmed."""
+
+    def __init__(
+        self,
+        *,
+        registry: Registry,
+        records: RecordCache,
+        unit: Unit,
+        stats: Stats,
+        confirm_after: float,
+    ) -> None:
+        self.registry = registry
+        self.records = records
+        self.unit = unit
+        self.stats = stats
+        self.confirm_after = confirm_after
+        self.unconfirmed: set[str] = set()
+        """Claimed entries waiting for their stamp to come back: reconciled every tick."""
+        self._malformed_logged: dict[str, int | None] = {}
+
+    def restore(self, rows: Iterable[EntryRow], now: float) -> None:
+        """Put the mirror's entry rows back in the registry; evict those without a record."""
+        for row in rows:
+            defn = self.records.parsed.get(row.trigger_id)
+            if not isinstance(defn, TriggerDef):
+                self.unit.evict(row.trigger_id)
+                continue
+            # Share the definition's strings rather than keep the row's copies of them.
+            row.trigger_id, row.kind = defn.id, defn.kind
+            if row.fingerprint == defn.fingerprint:
+                row.fingerprint = defn.fingerprint
+            entry = Entry(defn, row)
+            if row.claimed_at is not None:
+                self.unconfirmed.add(entry.id)
+            self.registry.put(entry)
+            missed = defn.kind == Kind.CRON and (row.next_fire is None or row.next_fire <= now)
+            if missed or (defn.kind == Kind.ONCE and not row.consumed):
+                # A missed cron occurrence does not exist: re-arm strictly forward, no burst.
+                self.registry.arm(entry, now)
+
+    def reconcile(self, ids: Iterable[str], now: float, verdict: str, peer_id: str) -> None:
+        """Reconcile `ids` and apply the plan."""
+        views = {
+            rid: EntryView(e.row.fingerprint, e.row.enabled, e.row.marker, e.row.claimed_at)
+            for rid in ids
+            if (e := self.registry.get(rid)) is not None
+        }
+        ctx = Context(
+            peer_id=peer_id,
+            active=verdict == Verdict.ACTIVE,
+            now=now,
+            confirm_after=self.confirm_after,
+        )
+        plan = reconcile(ids, self.records.parsed, views, ctx, self.records.pending_owner())
+        for action in plan:
+            self.apply(action, now, peer_id)
+
+    def apply(self, action: object, now: float, peer_id: str) -> None:
+        """Carry out one action of a plan."""
+        match action:
+            case Adopt(defn=defn, claim=claim):
+                self.adopt(defn, claim, now, peer_id)
+            case Confirm(defn=defn):
+                entry = self.registry.get(defn.id)
+                if entry is not None:
+                    entry.row.claimed_at = None
+                    entry.defn = defn
+                    self.unconfirmed.discard(defn.id)
+                    self.registry.arm(entry, now)
+                    self.unit.save(entry.row)
+                    log.info("claim of %s confirmed", defn.id, extra={"trigger": defn.id})
+            case Refresh(defn=defn):
+                old = self.registry.get(defn.id)
+                entry = Entry(defn, new_row(defn, now, claimed=False), old.running if old else 0)
+                self.registry.put(entry)
+                self.registry.arm(entry, now)
+                self.unit.save(entry.row)
+                log.info("refreshed %s: definition changed", defn.id, extra={"trigger": defn.id})
+            case Toggle(defn=defn, enabled=enabled):
+                self.toggle(defn, enabled, now)
+            case Track(defn=defn):
+                entry = self.registry.get(defn.id)
+                if entry is not None:
+                    entry.defn = defn
+            case Evict(id=rid, reason=reason):
+                if self.registry.remove(rid) is not None:
+                    self.unit.evict(rid)
+                    self.unconfirmed.discard(rid)
+                    log.info("evicted %s: %s", rid, reason, extra={"trigger": rid})
+            case Mark(id=rid, marker=marker):
+                if marker is None:
+                    self.unit.write_trigger(rid, {}, unset=[RollupField.LAST_STATUS])
+                    log.info("health marker of %s cleared", rid, extra={"trigger": rid})
+                else:
+                    self.unit.write_trigger(rid, {RollupField.LAST_STATUS: marker})
+                    log.warning("%s can never fire: %s", rid, marker, extra={"trigger": rid})
+            case Skip(id=rid, reason=reason, version=version):
+                if self._malformed_logged.get(rid, -1) != version:
+                    self._malformed_logged[rid] = version
+                    self.stats.malformed_skips += 1
+                    log.warning(
+                        "skipped malformed record %s (version %s): %s",
+                        rid,
+                        version,
+                        reason,
+                        extra={"trigger": rid},
+                    )
+
+    def adopt(self, defn: TriggerDef, claim: bool, now: float, peer_id: str) -> None:
+        """Put a record in the registry; with `claim`, stamp it as this device's first."""
+        existing = self.registry.get(defn.id)
+        if existing is not None:
+            # Reassigned while in our registry: stamp it again and wait for the confirmation.
+            existing.defn = defn
+            existing.row.claimed_at = now if claim else None
+            self.registry.put(existing)
+            self.registry.arm(existing, now)
+            entry = existing
+        else:
+            entry = Entry(defn, new_row(defn, now, claimed=claim))
+            self.registry.put(entry)
+            self.registry.arm(entry, now)
+        if claim:
+            self.unconfirmed.add(defn.id)
+            self.unit.write_trigger(defn.id, {"owner": peer_id})
+            log.info("claimed %s", defn.id, extra={"trigger": defn.id})
+        else:
+            log.info("adopted %s (%s)", defn.id, defn.kind, extra={"trigger": defn.id})
+        self.unit.save(entry.row)
+
+    def toggle(self, defn: TriggerDef, enabled: bool, now: float) -> None:
+        """Enable or disable an entry as its record says; enabling resets the breaker."""
+        entry = self.registry.get(defn.id)
+        if entry is None:
+            return
+        entry.defn = defn
+        entry.row.enabled = enabled
+        entry.row.marker = health_marker(defn, now)
+        if enabled:
+            entry.row.consecutive_failures = 0
+            entry.row.armed_at = now
+            auto_disabled = defn.rollup.last_status == LastStatus.AUTO_DISABLED
+            unset = [RollupField.LAST_STATUS] if auto_disabled else []
+            if defn.rollup.consecutive_failures or unset:
+                self.unit.write_trigger(defn.id, {RollupField.CONSECUTIVE_FAILURES: 0}, unset=unset)
+        self.registry.arm(entry, now)
+        self.unit.save(entry.row)
+        log.info("%s %s", "enabled" if enabled else "disabled", defn.id, extra={"trigger": defn.id})
+
+
+__all__ = ["Apply"]

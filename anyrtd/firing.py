@@ -1,0 +1,272 @@
+"""Firing: prepare a durable run, start its program, record its outcome.
+
+A run is prepared in the step's unit of work (the run row as `running`, a `once` as
+consumed), committed, and only then started: a crash never fires a `once` twice, and a run
+a crash left `running` is closed as `interrupted` at the next start
+(`close_interrupted`). The outcome goes to the mirror, and the run record and the
+trigger's rollup to the outbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from anyrtd.clock import Clock
+from anyrtd.events import ChatMessage
+from anyrtd.metrics import Stats
+from anyrtd.model import TriggerDef
+from anyrtd.program import RunOutcome, RunRequest
+from anyrtd.records import RecordCache
+from anyrtd.registry import Entry, Registry
+from anyrtd.rows import RunRow
+from anyrtd.runner import Runner
+from anyrtd.runs import rollup
+from anyrtd.unit import Unit
+from anyrtd.vocab import Kind, RollupField, RunStatus, Verdict
+
+log = logging.getLogger("anyrtd.daemon")
+
+Start = tuple[Entry, RunRow, dict[str, Any]]
+"""A prepared run: the entry it fires, its open row, and the program's args."""
+
+
+def new_run_id() -> str:
+    """Return a fresh run id."""
+    return uuid.uuid4().hex
+
+
+class Firing:
+    """Starts runs of registry entries and records how they end."""
+
+    def __init__(
+        self,
+        *,
+        registry: Registry,
+        records: RecordCache,
+        unit: Unit,
+        runner: Runner,
+        stats: Stats,
+        clock: Clock,
+    ) -> None:
+        self.registry = registry
+        self.records = records
+        self.unit = unit
+        self.runner = runner
+        self.stats = stats
+        self.clock = clock
+        self.in_flight: set[asyncio.Task[None]] = set()
+        """The tasks of the runs started and not yet recorded."""
+
+    async def wait_idle(self) -> None:
+        """Return once no run is in flight (runs started meanwhile are waited for too)."""
+        while self.in_flight:
+            await asyncio.wait(set(self.in_flight))
+
+    # firing
+
+    async def fire_due(self, now: float, device: str | None, verdict: str) -> list[str]:
+        """Fire every entry due at or before `now`; return the run ids started."""
+        due = self.registry.pop_due(now)
+        if not due:
+            return []
+        starts = [
+            s
+            for entry, at in due
+            if (s := self.prepare(entry, at, now, device, verdict)) is not None
+        ]
+        await self.unit.commit(now)
+        for entry, row, args in starts:
+            self.spawn(entry, row, args)
+        return [row.run_id for _, row, _ in starts]
+
+    async def run_now(self, trigger_id: str, device: str | None, verdict: str) -> str | None:
+        """Run a registry entry now, outside its schedule; return the run id."""
+        entry = self.registry.get(trigger_id)
+        if entry is None:
+            return None
+        now = self.clock.now()
+        start = self.prepare(entry, None, now, device, verdict)
+        if start is None:
+            return None
+        await self.unit.commit(now)
+        self.spawn(*start)
+        return start[1].run_id
+
+    async def fire_event(
+        self, entry: Entry, message: ChatMessage, now: float, device: str | None, verdict: str
+    ) -> asyncio.Task[None] | None:
+        """Start the run of an event trigger for `message`; return its task."""
+        # The run serves the message: its scheduledAt is the message's createdAt.
+        at = message.created_at if message.created_at is not None else now
+        start = self.prepare(entry, at, now, device, verdict)
+        if start is None:
+            return None
+        _, row, args = start
+        args["event"] = message.payload()
+        await self.unit.commit(now)
+        return self.spawn(entry, row, args)
+
+    def prepare(
+        self, entry: Entry, due: float | None, now: float, device: str | None, verdict: str
+    ) -> Start | None:
+        """Queue the run of `entry` due at `due` (None: by hand) in the unit of work; re-arm
+        a cron, consume a once. Return None when it does not run."""
+        defn = entry.defn
+        assert device is not None
+        if due is not None:
+            if verdict == Verdict.PRUNED:
+                log.info(
+                    "not firing %s: this device is pruned", defn.id, extra={"trigger": defn.id}
+                )
+                entry.row.next_fire = None
+                return None
+            if defn.kind == Kind.CRON:
+                self.registry.arm(entry, max(now, due))
+                self.unit.save(entry.row)
+                if entry.running:
+                    self.stats.overlap_skips += 1
+                    log.info(
+                        "skipped %s at %.3f: the previous run is still running",
+                        defn.id,
+                        due,
+                        extra={"trigger": defn.id},
+                    )
+                    return None
+            elif defn.kind == Kind.ONCE:
+                # Consumed durably before the program starts: a crash never fires it twice.
+                entry.row.consumed = True
+                entry.row.enabled = False
+                entry.row.next_fire = None
+                self.unit.save(entry.row)
+                self.unit.write_trigger(defn.id, {"enabled": False, RollupField.LAST_RUN_AT: now})
+            self.stats.fire_lag.observe(max(0.0, now - due))
+        self.stats.fires += 1
+        row = RunRow(
+            run_id=new_run_id(),
+            trigger_id=defn.id,
+            program=defn.program,
+            device=device,
+            scheduled_at=due,
+            started_at=now,
+        )
+        self.unit.save_run(row)
+        log.info(
+            "firing %s (%s)%s",
+            defn.id,
+            defn.program,
+            "" if due is not None else " by hand",
+            extra={"trigger": defn.id, "run": row.run_id},
+        )
+        return entry, row, dict(defn.args)
+
+    def spawn(self, entry: Entry, row: RunRow, args: dict[str, Any]) -> asyncio.Task[None]:
+        """Start a prepared run's program; return its task."""
+        entry.running += 1
+        task = asyncio.create_task(self._run(entry, row, args), name=f"run-{row.run_id}")
+        self.in_flight.add(task)
+        task.add_done_callback(self.in_flight.discard)
+        return task
+
+    async def _run(self, entry: Entry, row: RunRow, args: dict[str, Any]) -> None:
+        request = RunRequest(
+            run_id=row.run_id,
+            trigger_id=row.trigger_id,
+            program=row.program,
+            args=args,
+            scheduled_at=row.scheduled_at,
+            device=row.device,
+        )
+        try:
+            outcome = await self.runner.run(request)
+        finally:
+            entry.running -= 1
+        self.record_outcome(row, outcome, entry=self.registry.get(entry.id))
+        await self.unit.commit(self.clock.now())
+        log.info(
+            "run %s of %s ended %s%s",
+            row.run_id,
+            row.trigger_id,
+            outcome.status,
+            f" ({outcome.error_type}: {outcome.error})" if outcome.error_type else "",
+            extra={"trigger": row.trigger_id, "run": row.run_id},
+        )
+
+    # ending
+
+    def close_interrupted(self, rows: Iterable[RunRow], now: float) -> None:
+        """Close the runs a crash left `running` as `interrupted`."""
+        for row in rows:
+            outcome = RunOutcome(
+                status=RunStatus.INTERRUPTED.value,
+                error_type=None,
+                error="the daemon stopped while the run was in flight",
+                started_at=row.started_at,
+                ended_at=now,
+                duration_ms=int(max(0.0, now - row.started_at) * 1000),
+                result={},
+                output=row.output,
+                output_dropped=row.output_dropped,
+            )
+            log.warning(
+                "run %s of %s was left running by a crash: closed as interrupted",
+                row.run_id,
+                row.trigger_id,
+                extra={"trigger": row.trigger_id, "run": row.run_id},
+            )
+            entry = self.registry.get(row.trigger_id) if row.trigger_id is not None else None
+            self.record_outcome(row, outcome, entry=entry)
+
+    def record_outcome(self, row: RunRow, outcome: RunOutcome, entry: Entry | None) -> None:
+        """Close a run: its summary in the mirror, its record and the rollup in the outbox."""
+        row.status = outcome.status
+        row.ended_at = outcome.ended_at
+        row.duration_ms = outcome.duration_ms
+        row.error_type = outcome.error_type
+        row.error = outcome.error
+        row.result = dict(outcome.result)
+        row.output = outcome.output
+        row.output_dropped = outcome.output_dropped
+        self.unit.save_run(row)
+        self.unit.send_run(row)
+        self.stats.runs_finished[outcome.status] += 1
+        if row.trigger_id is None:
+            return
+        defn = entry.defn if entry is not None else None
+        if defn is None and isinstance(
+            parsed := self.records.parsed.get(row.trigger_id), TriggerDef
+        ):
+            defn = parsed
+        if entry is not None:
+            before = (entry.row.consecutive_failures, entry.row.run_count)
+        elif defn is not None:
+            before = (defn.rollup.consecutive_failures, defn.rollup.run_count)
+        else:
+            before = (0, 0)
+        write = rollup(
+            row,
+            failures=before[0],
+            run_count=before[1],
+            limit=defn.max_consecutive_failures if defn is not None else 0,
+            armed=entry is not None and entry.row.enabled,
+        )
+        if entry is not None:
+            entry.row.consecutive_failures = write.failures
+            entry.row.run_count = write.run_count
+            if write.tripped:
+                entry.row.enabled = False
+                entry.row.next_fire = None
+                log.warning(
+                    "%s auto-disabled after %d consecutive failures",
+                    row.trigger_id,
+                    write.failures,
+                    extra={"trigger": row.trigger_id, "run": row.run_id},
+                )
+            self.unit.save(entry.row)
+        self.unit.write_trigger(row.trigger_id, write.fields)
+
+
+__all__ = ["Firing", "Start", "new_run_id"]

@@ -1,0 +1,121 @@
+"""The port the daemon's readers use: the control API and the chat responder.
+
+They ask for what they show (triggers, runs, health, metrics, the election) and send two
+commands (write-through, run-now); they never reach into the daemon. `Daemon` implements
+this protocol; the control API's tests also run against a small fake of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from anyrtd.metrics import Stats
+from anyrtd.model import Malformed, TriggerDef
+from anyrtd.registry import Entry
+from anyrtd.rows import RunRow
+
+
+@dataclass(frozen=True)
+class Triggers:
+    """Every trigger this device knows, as of `now`: registry entries and parsed records."""
+
+    entries: Mapping[str, Entry]
+    parsed: Mapping[str, TriggerDef | Malformed]
+    raw: Callable[[str], Mapping[str, Any] | None]
+    """The record as the server showed it (for records that did not parse)."""
+    peer_id: str | None
+    now: float
+
+
+@dataclass(frozen=True)
+class TriggerFacts:
+    """What this device knows of one trigger, as of `now`."""
+
+    id: str
+    entry: Entry | None
+    parsed: TriggerDef | Malformed | None
+    raw: Mapping[str, Any] | None
+    peer_id: str | None
+    now: float
+
+
+@dataclass(frozen=True)
+class Health:
+    """How the daemon's loops are doing."""
+
+    now: float
+    last_tick_at: float | None
+    last_tick_age: float | None
+    """Seconds since the last tick ended (monotonic clock); None before the first."""
+    tick_s: float
+    peer_id: str | None
+    verdict: str
+    triggers: int
+    """Registry entries."""
+    server_resolved: bool
+    last_error: str | None
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """What the metrics exposition shows besides the trigger states."""
+
+    stats: Stats
+    outbox_depth: int
+    verdict: str
+    last_tick_age: float | None
+    peer_id: str | None
+
+
+class Port(Protocol):
+    """The queries and commands the control API and the chat responder use."""
+
+    @property
+    def peer_id(self) -> str | None:
+        """This device's peer id (None until the server or the mirror told it)."""
+        ...
+
+    def triggers(self) -> Triggers:
+        """Return every registry entry and every record this device knows."""
+        ...
+
+    def trigger(self, trigger_id: str) -> TriggerFacts | None:
+        """Return what this device knows of one trigger; None when it knows nothing."""
+        ...
+
+    async def runs(
+        self, *, trigger_id: str | None = None, status: str | None = None, limit: int = 50
+    ) -> Sequence[RunRow]:
+        """Return the newest runs on this device, newest first."""
+        ...
+
+    async def run(self, run_id: str) -> RunRow | None:
+        """Return one run on this device."""
+        ...
+
+    def health(self) -> Health:
+        """Return how the loops are doing."""
+        ...
+
+    async def metrics(self) -> Metrics:
+        """Return the counters and gauges of the metrics exposition."""
+        ...
+
+    def election(self) -> dict[str, Any]:
+        """Return this device's verdict as the gate holds it."""
+        ...
+
+    async def write_through(
+        self, trigger_id: str, fields: Mapping[str, Any], unset: Iterable[str] = ()
+    ) -> TriggerDef | None:
+        """Write fields of a trigger record on the server now, then reconcile it here."""
+        ...
+
+    async def run_now(self, trigger_id: str) -> str | None:
+        """Run a registry entry now, outside its schedule; return the run id."""
+        ...
+
+
+__all__ = ["Health", "Metrics", "Port", "TriggerFacts", "Triggers"]

@@ -1,0 +1,228 @@
+"""The active role: the standing built-ins, the chat-watch, and event routing.
+
+The device the election makes active arms the standing built-ins and holds the
+chat-watch record; a device that stands down gives both up (docs/election.md). New chat
+messages the change feed brings fire the event triggers that listen to them, and are
+offered to the chat watch (docs/events.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+
+from anyrtd import standing
+from anyrtd.apply import Apply
+from anyrtd.chat import CHAT_WATCH_PROGRAM, ChatWatch, ensure_chat_watch
+from anyrtd.client import Change, Dataset, ServerClient, ServerError, ServerUnavailable
+from anyrtd.clock import Clock
+from anyrtd.election import Gate
+from anyrtd.events import CHAT_DATASET, ChatMessage, LiveGate, event_target, fires, new_message
+from anyrtd.firing import Firing
+from anyrtd.model import TriggerDef
+from anyrtd.port import Port
+from anyrtd.records import RecordCache
+from anyrtd.registry import Registry
+from anyrtd.runner import Runner
+from anyrtd.sync import FEED_HEAD, Sync
+from anyrtd.unit import Unit
+from anyrtd.vocab import Kind, Verdict
+
+log = logging.getLogger("anyrtd.daemon")
+
+
+class Role:
+    """What this device does while it is active, and gives up when it is not."""
+
+    def __init__(
+        self,
+        *,
+        agent_name: str,
+        space: str,
+        client: ServerClient,
+        clock: Clock,
+        gate: Gate,
+        sync: Sync,
+        registry: Registry,
+        records: RecordCache,
+        unit: Unit,
+        apply: Apply,
+        firing: Firing,
+        runner: Runner,
+        port: Port,
+    ) -> None:
+        self.agent_name = agent_name
+        self.space = space
+        self.client = client
+        self.clock = clock
+        self.gate = gate
+        self.sync = sync
+        self.registry = registry
+        self.records = records
+        self.unit = unit
+        self.apply = apply
+        self.firing = firing
+        self.runner = runner
+        self.live = LiveGate(since=clock.now())
+        self.chat = ChatWatch(
+            agent_name=agent_name, client=client, clock=clock, scheduler=port, fire=self.converse
+        )
+        self.chat_watch_id: str | None = None
+        self.holding = False
+
+    # standing built-ins and the chat-watch claim (docs/election.md)
+
+    def follow_verdict(self, verdict: str, now: float, peer_id: str) -> None:
+        """Take the active role's set (standing built-ins, chat-watch) or give it up."""
+        if verdict == Verdict.ACTIVE:
+            if not self.holding:
+                self.holding = True
+                self._take_over(now, peer_id)
+            return
+        if self.holding:
+            self.holding = False
+            self._stand_down(verdict, peer_id)
+        for s in standing.STANDING:
+            # Entries restored from the mirror on a device that is not active.
+            if self.registry.remove(s.id) is not None:
+                self.unit.evict(s.id)
+
+    def _take_over(self, now: float, peer_id: str) -> None:
+        fresh = standing.entries(peer_id, self.records.raw, self.runner.is_installed, now)
+        for entry in fresh:
+            old = self.registry.get(entry.id)
+            entry.running = old.running if old is not None else 0
+            self.registry.put(entry)
+            self.registry.arm(entry, now)  # strictly forward: no wake-and-replay burst
+            self.unit.save(entry.row)
+            self.unit.write_trigger(entry.id, standing.STANDING_BY_ID[entry.id].fields(peer_id))
+        listed = [e.id for e in fresh if e.row.marker is not None]
+        log.info(
+            "took the active role: standing built-ins armed%s",
+            f" ({', '.join(listed)} not installed)" if listed else "",
+        )
+        cw = self.chat_watch_id
+        defn = self.records.parsed.get(cw) if cw is not None else None
+        if isinstance(defn, TriggerDef) and defn.owner != peer_id:
+            # Re-stamp it; it confirms like any claim.
+            self.apply.adopt(defn, claim=True, now=now, peer_id=peer_id)
+
+    def _stand_down(self, verdict: str, peer_id: str) -> None:
+        for s in standing.STANDING:
+            if self.registry.remove(s.id) is not None:
+                self.unit.evict(s.id)
+        cw = self.chat_watch_id
+        defn = self.records.parsed.get(cw) if cw is not None else None
+        if isinstance(defn, TriggerDef) and defn.owner == peer_id:
+            self.unit.write_trigger(defn.id, {"owner": ""})  # so the new winner can take it
+        dropped = self.chat.disconnect(f"this device is {verdict} now")
+        log.info(
+            "stood down (%s): standing built-ins stopped, chat-watch released%s",
+            verdict,
+            f", {dropped} deferred conversations dropped" if dropped else "",
+        )
+
+    def refresh_standing(self, ids: Iterable[str], now: float, peer_id: str) -> None:
+        """Apply an `enabled` edit of a standing built-in's record to its entry."""
+        if not self.holding:
+            return
+        for rid in set(ids) & standing.STANDING_BUILTINS:
+            entry = self.registry.get(rid)
+            rec = self.records.parsed.get(rid)
+            if (
+                entry is not None
+                and isinstance(rec, TriggerDef)
+                and rec.enabled != entry.row.enabled
+            ):
+                defn = standing.definition(
+                    standing.STANDING_BY_ID[rid], peer_id, self.records.raw(rid)
+                )
+                self.apply.toggle(defn, rec.enabled, now)
+
+    # the chat-watch (docs/events.md)
+
+    async def seed_chat_watch(self) -> bool:
+        """Find the chat-watch record, or seed it when none exists (once per boot); buffer it
+        for the next tick. Return whether it is known now."""
+        places = self.sync.places
+        assert places is not None
+        try:
+            rid, record = await ensure_chat_watch(self.client, places.triggers, places.space)
+        except (ServerUnavailable, ServerError) as exc:
+            log.debug("chat-watch not seeded yet: %s", exc)
+            return False
+        self.chat_watch_id = rid
+        triggers = places.triggers
+        self.sync.buffer(Change(0, triggers.object_id, triggers.name, rid, "update", dict(record)))
+        return True
+
+    def tend_chat_watch(self) -> None:
+        """Connect the chat watch while this device holds an enabled, confirmed chat-watch."""
+        cw = self.chat_watch_id
+        entry = self.registry.get(cw) if cw is not None else None
+        target = None
+        if (
+            entry is not None
+            and entry.confirmed
+            and entry.row.enabled
+            and entry.row.marker is None
+            and entry.defn.program == CHAT_WATCH_PROGRAM
+            and self.gate.verdict != Verdict.PRUNED
+        ):
+            target = event_target(entry.defn, self.space)
+        if target is None:
+            if self.chat.connected:
+                self.chat.disconnect("this device no longer holds an enabled chat-watch")
+            return
+        assert cw is not None
+        self.chat.connect(cw, Dataset(target[0], target[1], CHAT_DATASET))
+
+    # event triggers (docs/events.md)
+
+    async def listen(self, space: str) -> None:
+        """Note the feed's head, once: messages up to it arrived before this process listened."""
+        if space in self.live.heads:
+            return
+        page = await self.client.changes(space, since=FEED_HEAD, wait=0)
+        if page is not None:
+            self.live.heads.setdefault(space, page.seq)
+
+    async def route_events(self, changes: Iterable[Change], space: str) -> None:
+        """Fire the event triggers (and offer chat-watch) the new messages among `changes`."""
+        peer_id = self.sync.peer_id
+        if self.gate.verdict == Verdict.PRUNED or peer_id is None:
+            return
+        messages = [
+            m for c in changes if (m := new_message(c, space)) is not None and self.live.admits(m)
+        ]
+        if not messages:
+            return
+        listening = [
+            e.defn
+            for rid in self.registry.events
+            if (e := self.registry.entries[rid]).defn.kind == Kind.EVENT
+            and e.confirmed
+            and e.row.enabled
+            and e.row.marker is None
+        ]
+        now = self.clock.now()
+        for message in messages:
+            agent = self.agent_name
+            for defn in fires(message, listening, agent_space=self.space, agent_name=agent):
+                if defn.id == self.chat_watch_id and defn.program == CHAT_WATCH_PROGRAM:
+                    self.chat.offer(message)
+                elif (entry := self.registry.get(defn.id)) is not None:
+                    await self.firing.fire_event(entry, message, now, peer_id, self.gate.verdict)
+
+    async def converse(self, trigger_id: str, message: ChatMessage) -> asyncio.Task[None] | None:
+        """Start the chat-watch conversation run for `message`; return its task."""
+        entry = self.registry.get(trigger_id)
+        if entry is None or not (entry.confirmed and entry.row.enabled):
+            return None
+        return await self.firing.fire_event(
+            entry, message, self.clock.now(), self.sync.peer_id, self.gate.verdict
+        )
+
+
+__all__ = ["Role"]

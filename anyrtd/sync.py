@@ -1,0 +1,218 @@
+"""Sync: the trigger records on the server → the record cache (docs/architecture.md, the loops).
+
+Resolves the agent's places and this device's peer id, reads every trigger record (at
+start, every `full_resync_s`, or every step without a change feed) and otherwise follows
+the change feed. What it reads is buffered; the tick applies the buffer to the record
+cache (`apply_buffered`), so a tick itself never waits on the network. Sync fires nothing:
+the daemon hands the feed's pages to the event routing itself.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from anyrtd.client import Change, ChangePage, Record, ServerClient, ServerError, ServerUnavailable
+from anyrtd.metrics import Stats
+from anyrtd.mirror import AsyncMirror, Mirror
+from anyrtd.outbox import TRIGGERS
+from anyrtd.places import Places, resolve_places
+from anyrtd.records import RecordCache
+from anyrtd.unit import Unit
+from anyrtd.vocab import is_stamp, stamp
+
+log = logging.getLogger("anyrtd.daemon")
+
+FEED_HEAD = 2**53
+"""A `since` past any sequence number: the feed answers with its head and no changes."""
+
+
+class Sync:
+    """One device's view of the server: where its records live, and what was read of them."""
+
+    def __init__(
+        self,
+        client: ServerClient,
+        space: str,
+        records: RecordCache,
+        unit: Unit,
+        stats: Stats,
+    ) -> None:
+        self.client = client
+        self.space = space
+        self.records = records
+        self.unit = unit
+        self.stats = stats
+        self.places: Places | None = None
+        self.peer_id: str | None = None
+        self.cursor: int | None = None
+        self.feed_available = True
+        self.resolved = False
+        self.tombstones: set[str] = set()
+        self._buffer: list[Change | list[Record]] = []
+        self._last_full: float | None = None
+        self._server_away = False
+
+    def restore(self, meta: Mapping[str, str], tombstones: Iterable[str]) -> None:
+        """Take the peer id, places, cursor and tombstones the mirror kept."""
+        self.peer_id = meta.get("peer_id")
+        self.places = Places.from_meta(meta)
+        cursor = meta.get("cursor")
+        self.cursor = int(cursor) if cursor is not None else None
+        self.tombstones = set(tombstones)
+
+    async def load(self, db: AsyncMirror) -> None:
+        """Fill the record cache from the mirror: the records' texts, then this device's own
+        trigger writes still queued in the outbox, laid over them."""
+        after = ""
+        while page := await db.call(functools.partial(Mirror.record_texts, after=after)):
+            # A page at a time: the texts of 100,000 records never sit in memory together.
+            for _, text in page:
+                self.records.load(text)
+            after = page[-1][0]
+        for item in await db.call(lambda m: m.outbox_pending(1_000_000)):
+            if item.dataset == TRIGGERS:
+                self.records.write(item.record_id, item.fields, item.unset)
+
+    # reading
+
+    async def resolve(self, now: float) -> None:
+        """Resolve the places and the peer id; note when the server stops or starts answering."""
+        try:
+            places, peer = await self._resolve()
+        except (ServerUnavailable, ServerError) as exc:
+            self.stats.last_error = f"server: {exc}"
+            if not self._server_away:
+                self._server_away = True
+                log.warning("the server is not answering (%s); running from the mirror", exc)
+            return
+        self.resolved = True
+        if self._server_away:
+            self._server_away = False
+            log.info("the server answers again")
+        if peer != self.peer_id:
+            log.info("this device's peer id is %s", peer)
+        self.places, self.peer_id = places, peer
+        self.unit.meta({**places.to_meta(), "peer_id": peer})
+
+    async def _resolve(self) -> tuple[Places, str]:
+        places = await resolve_places(self.client, self.space)
+        devices = await self.client.devices()
+        peer = devices.self_id if devices is not None and devices.self_id else None
+        if peer is None:
+            peer = self.peer_id if self.peer_id and is_stamp(self.peer_id) else None
+        if peer is None:
+            peer = stamp(os.getpid())
+        return places, peer
+
+    def full_read_due(self, now: float, full_resync_s: float) -> bool:
+        """Return whether the next step re-reads every record."""
+        return (
+            self._last_full is None
+            or not self.feed_available
+            or now - self._last_full >= full_resync_s
+        )
+
+    async def full_read(self, now: float) -> None:
+        """Read every trigger record (deleted ones too) into the buffer."""
+        assert self.places is not None
+        if self.cursor is None and self.feed_available:
+            # Follow the feed from here on; what the full read below returns covers the rest.
+            page = await self.client.changes(self.places.space, since=FEED_HEAD, wait=0)
+            if page is None:
+                self._feed_missing()
+            else:
+                self.cursor = page.seq
+                self.unit.meta({"cursor": str(page.seq)})
+        records = await self.client.query_all(self.places.triggers, include_deleted=True)
+        self._buffer.append(records)
+        self._last_full = now
+
+    @property
+    def following(self) -> bool:
+        """Return whether the next step can read the change feed."""
+        return self.places is not None and self.cursor is not None and self.feed_available
+
+    async def read_feed(self, wait: float) -> ChangePage | None:
+        """Long-poll the change feed past the cursor, up to `wait` s; None without a feed."""
+        assert self.places is not None and self.cursor is not None
+        page = await self.client.changes(self.places.space, self.cursor, wait=wait)
+        if page is None:
+            self._feed_missing()
+        return page
+
+    def take(self, page: ChangePage) -> int:
+        """Buffer the page's trigger changes and move the cursor past it; return how many."""
+        assert self.places is not None and self.cursor is not None
+        relevant = [c for c in page.changes if self.places.matches_triggers(c)]
+        self.cursor = max(self.cursor, page.seq)
+        self.unit.meta({"cursor": str(self.cursor)})
+        self._buffer.extend(relevant)
+        return len(relevant)
+
+    def buffer(self, change: Change) -> None:
+        """Buffer a change read outside the feed (a record this device just seeded)."""
+        self._buffer.append(change)
+
+    def _feed_missing(self) -> None:
+        if self.feed_available:
+            log.info("the server has no change feed: full queries every tick")
+        self.feed_available = False
+
+    # applying
+
+    def apply_buffered(self) -> set[str]:
+        """Apply what was read since the last tick, in the order it was read; return the ids
+        it touched."""
+        touched: set[str] = set()
+        buffered, self._buffer = self._buffer, []
+        for item in buffered:
+            if isinstance(item, Change):
+                touched |= self._apply_change(item)
+            else:
+                touched |= self._apply_full_read(item)
+        return touched
+
+    def _apply_full_read(self, records: list[Record]) -> set[str]:
+        touched: set[str] = set()
+        seen: set[str] = set()
+        for record in records:
+            rid = str(record.get("id", ""))
+            seen.add(rid)
+            if record.get("_deleted"):
+                touched.add(self.forget(rid))
+            elif (kept := self.remember(record)) is not None:
+                touched.add(kept)
+        for rid in [r for r in self.records.ids() if r not in seen]:
+            touched.add(self.forget(rid))
+        return touched
+
+    def _apply_change(self, change: Change) -> set[str]:
+        if change.op == "delete":
+            return {self.forget(change.id)}
+        if change.record is not None:
+            kept = self.remember({"id": change.id, **change.record})
+            return set() if kept is None else {kept}
+        return set()
+
+    def remember(self, record: Mapping[str, Any]) -> str | None:
+        """Put a record in the cache and the mirror; return its id (None if not kept)."""
+        rid = self.records.put(record)
+        if rid is not None:
+            self.unit.keep_record(rid, self.records.version(rid), record)
+        return rid
+
+    def forget(self, rid: str) -> str:
+        """Drop a deleted record from the cache and the mirror, and tombstone its id."""
+        if rid not in self.tombstones:
+            self.tombstones.add(rid)
+            self.unit.tombstone(rid)
+        if self.records.drop(rid):
+            self.unit.drop_record(rid)
+        return rid
+
+
+__all__ = ["Sync"]
