@@ -32,7 +32,7 @@ from anyrtd.mirror import AsyncMirror, Mirror
 from anyrtd.model import TriggerDef
 from anyrtd.outbox import RUNS, TRIGGERS, DrainResult, drain
 from anyrtd.places import Places
-from anyrtd.port import Health, Metrics, TriggerFacts, Triggers
+from anyrtd.port import Health, Metrics, TriggerFacts, Triggers, server_reasons
 from anyrtd.records import RecordCache
 from anyrtd.registry import Registry
 from anyrtd.role import Role
@@ -440,6 +440,8 @@ class Daemon:
             triggers=len(self.registry),
             server_resolved=self.places is not None,
             last_error=self.stats.last_error,
+            degraded=tuple(server_reasons(self.client.reach, self.outbox_depth)),
+            state_dir=str(self.config.state_dir),
         )
 
     async def metrics(self) -> Metrics:
