@@ -74,7 +74,7 @@ def server_reasons(reach: Reach, outbox_depth: int) -> list[str]:
     if reach.unreachable_since is not None:
         since = datetime.fromtimestamp(reach.unreachable_since, UTC)
         reasons.append(
-            f"server unreachable since {since:%Y-%m-%d %H:%M:%S} UTC ({reach.error}); "
+            f"server unreachable since {since:%Y-%m-%dT%H:%M:%SZ} ({reach.error}); "
             "firing from the mirror, writes wait in the outbox"
         )
     if outbox_depth and (reach.unreachable_since is not None or outbox_depth >= OUTBOX_BACKLOG):

@@ -46,7 +46,7 @@ def test_the_reasons_name_the_outage_and_the_writes_it_holds_back() -> None:
     assert server_reasons(Reach(), 12) == []  # a few writes on their way: nothing wrong
     away = Reach(unreachable_since=1_800_000_000.0, error="http://x: ConnectError: refused")
     first, second = server_reasons(away, 7)
-    assert first.startswith("server unreachable since 2027-01-15 08:00:00 UTC (")
+    assert first.startswith("server unreachable since 2027-01-15T08:00:00Z (")
     assert "ConnectError: refused" in first
     assert second == "7 writes waiting in the outbox for the server"
     assert server_reasons(away, 0) == [first]
