@@ -282,7 +282,15 @@ def test_an_auto_disabled_trigger_is_an_error_line_and_doctor_lists_it_with_inva
     assert checks["control"]["status"] == "ok"
 
     devserver.stop()  # the server away: the daemon's own view of the triggers is used
-    offline = doctor(serve, devserver.url, serve.state)
+    offline = wait_until(
+        lambda: (
+            (c := doctor(serve, devserver.url, serve.state))["control"]["status"] == "warn" and c
+        ),
+        timeout=30,
+        what="doctor to see the daemon degraded",
+    )
+    assert "degraded: server unreachable since" in offline["control"]["detail"]
+    assert offline["server"]["status"] == "fail"
     assert offline["triggers"]["status"] == "warn"
     assert "on this device" in offline["triggers"]["detail"]
     assert "flaky" in offline["triggers"]["detail"] and "typo" in offline["triggers"]["detail"]
