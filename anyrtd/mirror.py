@@ -264,6 +264,26 @@ class Mirror:
             f"this anyrtd needs {head}: run {UPGRADE}"
         )
 
+    def upgrade_checked(self) -> str | None:
+        """Bring the schema to head as `anyrtd db upgrade` does; return the revision before.
+
+        Raise a `MirrorFault` instead where an upgrade cannot help: a lost mirror (the state
+        directory's marker says it had one), a damaged one, an unversioned or a newer one.
+        """
+        if self.is_empty():
+            if read_marker(self.path) is not None:
+                raise lost(self.path, "is missing" if not self.path.exists() else "is empty")
+            self.upgrade()
+            return None
+        current, _ = self.revisions()
+        try:
+            self.check_revision()
+        except SchemaNotAtHead:
+            if current is None or not self.known_revision(current):
+                raise
+        self.upgrade()
+        return current
+
     def ensure_schema(self, *, create: bool) -> None:
         """Open the mirror for the daemon, or raise a `MirrorFault` that says what to do.
 
@@ -298,9 +318,11 @@ class Mirror:
                     f"is another mirror (its id is {found or 'not set'}, the state directory "
                     f"had {had})",
                 )
-            if found is None:
-                found = uuid.uuid4().hex
-                conn.execute(insert(meta_table).values(key=MIRROR_ID, value=found))
+            found = found or uuid.uuid4().hex
+            # Written even when it is there: a read-only file lets BEGIN IMMEDIATE pass and
+            # fails only on a write.
+            stmt = sqlite_insert(meta_table).values(key=MIRROR_ID, value=found)
+            conn.execute(stmt.on_conflict_do_update(index_elements=["key"], set_={"value": found}))
             holds_state = _holds_state(conn)
         self.mirror_id = found
         self._unmarked = had is None

@@ -159,7 +159,8 @@ async def serve(
     for task in helpers:
         task.cancel()
     for task in helpers:
-        with contextlib.suppress(asyncio.CancelledError):
+        # The status loop reads the mirror: it may have been the one to meet the fault.
+        with contextlib.suppress(asyncio.CancelledError, MirrorFault):
             await task
     await control.stop()
     if fault is None:

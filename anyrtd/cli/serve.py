@@ -103,21 +103,15 @@ def db() -> None:
 @pass_config
 def db_upgrade(config: Config) -> None:
     """Bring the mirror's schema to the revision this anyrtd needs."""
-    from anyrtd.mirror import Mirror, SchemaNotAtHead
+    from anyrtd.mirror import Mirror
 
     hold(config)  # not under a running daemon
     path = config.mirror_path
     with mirror_faults(path):
         mirror = Mirror(path)
         try:
-            before, head = mirror.revisions()
-            try:
-                mirror.check_revision()
-            except SchemaNotAtHead:
-                if before is None or not mirror.known_revision(before):
-                    raise  # unversioned or newer: upgrading cannot mend it; the error says what
-                # a known older revision: the upgrade below
-            mirror.upgrade()
+            before = mirror.upgrade_checked()
+            _, head = mirror.revisions()
         finally:
             mirror.close()
     if before == head:
