@@ -312,13 +312,12 @@ class Mirror:
             found = conn.execute(
                 select(meta_table.c.value).where(meta_table.c.key == MIRROR_ID)
             ).scalar_one_or_none()
-            if had is not None and found != had:
-                raise lost(
-                    self.path,
-                    f"is another mirror (its id is {found or 'not set'}, the state directory "
-                    f"had {had})",
-                )
-            found = found or uuid.uuid4().hex
+            if had is not None and found is not None and found != had:
+                other = f"is another mirror (its id is {found}, the state directory had {had})"
+                raise lost(self.path, other)
+            # No id: a mirror from before the marker, say a backup restored; it is taken as
+            # the one the marker names.
+            found = found or had or uuid.uuid4().hex
             # Written even when it is there: a read-only file lets BEGIN IMMEDIATE pass and
             # fails only on a write.
             stmt = sqlite_insert(meta_table).values(key=MIRROR_ID, value=found)

@@ -119,6 +119,7 @@ def test_a_deleted_mirror_is_refused_naming_what_would_be_lost(serve: ServeProce
     )
     assert not mirror_of(serve).exists()  # nothing was made in its place
     assert not Path(serve.requested.removeprefix("unix:")).exists()  # nor the control socket
+    assert " is missing, but this state directory had one" in refused(db(serve, "current"))
 
 
 def test_an_emptied_mirror_is_refused_and_rebuilt_by_db_rebuild(serve: ServeProcess) -> None:

@@ -100,6 +100,17 @@ def test_a_mirror_from_before_the_marker_is_adopted(tmp_path: Path) -> None:
     assert read_marker(path) == mirror_id
 
 
+def test_a_backup_from_before_the_marker_is_taken_as_the_marked_mirror(tmp_path: Path) -> None:
+    path = tmp_path / "anyrtd.sqlite3"
+    mirror_id = with_state(path)
+    mirror = Mirror(path)
+    with mirror.engine.begin() as conn:
+        conn.exec_driver_sql("DELETE FROM meta WHERE key = 'mirror_id'")  # an older anyrtd's
+    mirror.ensure_schema(create=True)
+    mirror.close()
+    assert mirror.mirror_id == mirror_id == read_marker(path)
+
+
 def test_a_deleted_or_replaced_file_is_noticed_before_the_next_write(tmp_path: Path) -> None:
     path = tmp_path / "anyrtd.sqlite3"
     with_state(path)
