@@ -204,7 +204,7 @@ class Mirror:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
     def _on_error(self, context: ExceptionContext) -> None:
-        fault = sqlite_fault(self.path, context.original_exception)
+        fault = sqlite_fault(self.path, context.original_exception, opening=self.opened is None)
         if fault is not None:
             raise fault
 
@@ -576,8 +576,12 @@ SQLITE_PERM, SQLITE_READONLY, SQLITE_CORRUPT, SQLITE_CANTOPEN, SQLITE_NOTADB = 3
 SQLITE_READONLY_DBMOVED = 1032
 
 
-def sqlite_fault(path: Path, exc: BaseException) -> MirrorFault | None:
-    """Return the `MirrorFault` a SQLite error on the mirror at `path` means, if any."""
+def sqlite_fault(path: Path, exc: BaseException, *, opening: bool) -> MirrorFault | None:
+    """Return the `MirrorFault` a SQLite error on the mirror at `path` means, if any.
+
+    A file that cannot be opened is a fault only while `opening`: once the mirror is open,
+    the same code can come from a passing shortage (no descriptor left), which a retry mends.
+    """
     code = getattr(exc, "sqlite_errorcode", None)
     if not isinstance(code, int):
         return None
@@ -597,7 +601,7 @@ def sqlite_fault(path: Path, exc: BaseException) -> MirrorFault | None:
             f"the mirror {path} cannot be written ({exc}): give the user anyrtd runs as "
             f"write access to it, to its -wal and -shm files and to {path.parent}"
         )
-    if primary in (SQLITE_CANTOPEN, SQLITE_PERM):
+    if primary in (SQLITE_CANTOPEN, SQLITE_PERM) and opening:
         return MirrorUnusable(
             f"the mirror {path} cannot be opened ({exc}): it must be a file the user anyrtd "
             f"runs as may read and write, in a directory it may write ({path.parent})"
@@ -616,8 +620,12 @@ def rebuild_if_lost(path: Path) -> str | None:
     try:
         mirror.ensure_schema(create=False)
         return None
-    except (MirrorLost, MirrorCorrupt, SchemaUnversioned) as exc:
-        reason = f"--rebuild-mirror: {exc.__class__.__name__}"
+    except MirrorLost:
+        reason = "--rebuild-mirror: it was missing, empty or another mirror"
+    except MirrorCorrupt:
+        reason = "--rebuild-mirror: it was damaged"
+    except SchemaUnversioned:
+        reason = "--rebuild-mirror: it had tables but no schema revision"
     except SchemaNotAtHead:
         if not mirror.is_empty():
             raise

@@ -5,11 +5,19 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import sqlite3
 from pathlib import Path
 
 import pytest
 
-from anyrtd.mirror import AsyncMirror, Mirror, SchemaNotAtHead, SchemaUnversioned, rebuild_if_lost
+from anyrtd.mirror import (
+    AsyncMirror,
+    Mirror,
+    SchemaNotAtHead,
+    SchemaUnversioned,
+    rebuild_if_lost,
+    sqlite_fault,
+)
 from anyrtd.mirror_guard import (
     EXIT_BROKEN_STATE,
     MARKER_FILE,
@@ -163,6 +171,29 @@ def test_a_mirror_that_is_not_a_file_cannot_be_opened(tmp_path: Path) -> None:
     mirror.close()
 
 
+def sqlite_error(cls: type[sqlite3.Error], message: str, code: int) -> sqlite3.Error:
+    """Return a SQLite error as the driver raises it, with its result code."""
+    error = cls(message)
+    error.sqlite_errorcode = code
+    return error
+
+
+def test_a_file_that_cannot_be_opened_is_a_fault_only_while_opening(tmp_path: Path) -> None:
+    path = tmp_path / "anyrtd.sqlite3"
+    cantopen = sqlite_error(sqlite3.OperationalError, "unable to open database file", 14)
+    assert isinstance(sqlite_fault(path, cantopen, opening=True), MirrorUnusable)
+    # Once open, it may be a passing shortage of descriptors: a retry, not a stop for good.
+    assert sqlite_fault(path, cantopen, opening=False) is None
+    corrupt = sqlite_error(sqlite3.DatabaseError, "database disk image is malformed", 11)
+    assert isinstance(sqlite_fault(path, corrupt, opening=False), MirrorCorrupt)
+    readonly = sqlite_error(sqlite3.OperationalError, "attempt to write a readonly database", 8)
+    assert isinstance(sqlite_fault(path, readonly, opening=False), MirrorUnusable)
+    moved = sqlite_error(sqlite3.OperationalError, "attempt to write a readonly database", 1032)
+    assert isinstance(sqlite_fault(path, moved, opening=False), MirrorLost)
+    busy = sqlite_error(sqlite3.OperationalError, "database is locked", 5)
+    assert sqlite_fault(path, busy, opening=False) is None
+
+
 def test_an_unversioned_mirror_is_told_to_rebuild(tmp_path: Path) -> None:
     path = tmp_path / "anyrtd.sqlite3"
     with_state(path)
@@ -209,6 +240,6 @@ def test_rebuild_if_lost_keeps_a_good_mirror_and_rebuilds_a_lost_one(tmp_path: P
     assert read_marker(path) == mirror_id
     path.unlink()
     done = rebuild_if_lost(path)
-    assert done is not None and "MirrorLost" in done
+    assert done is not None and "(--rebuild-mirror: it was missing, empty or another" in done
     assert read_marker(path) is None
     opened(path).close()
