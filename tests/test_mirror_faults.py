@@ -195,7 +195,7 @@ def test_a_corrupt_mirror_is_one_line_and_exit_65(serve: ServeProcess) -> None:
     assert "damaged" in refused(db(serve, "upgrade"))
 
 
-def test_a_mirror_that_cannot_be_opened_is_one_line_and_exit_65(serve: ServeProcess) -> None:
+def test_a_directory_in_the_mirrors_place_is_one_line_and_exit_65(serve: ServeProcess) -> None:
     mirror_of(serve).mkdir(parents=True)  # what is there is no file anyrtd can open
     line = refused(run(serve.argv()))
     assert line.startswith(
@@ -203,20 +203,37 @@ def test_a_mirror_that_cannot_be_opened_is_one_line_and_exit_65(serve: ServeProc
     )
 
 
-def read_only(path: Path) -> list[str]:
-    """Return the start of a command line that runs the rest with `path` mounted read-only."""
-    script = 'mount --bind "$1" "$1" && mount -o remount,ro,bind "$1" "$1" && shift && exec "$@"'
-    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", str(path)]
+NO_DAC = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
+"""Run a command as root held to file permissions, as the service's own user is."""
 
 
-def test_a_read_only_mirror_is_one_line_and_exit_65(serve: ServeProcess) -> None:
-    if os.geteuid() != 0 or shutil.which("unshare") is None:
-        pytest.skip("a read-only bind mount needs root and util-linux's unshare")
+def held_to_permissions() -> None:
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and util-linux's setpriv (root alone ignores file modes)")
+
+
+def mirror_with_state(serve: ServeProcess) -> Path:
     made = Mirror(mirror_of(serve))
     made.ensure_schema(create=True)
     made.commit(Batch(meta={"peer_id": "12D3KooWself"}), now=1.0)
     made.close()
-    line = refused(run([*read_only(mirror_of(serve)), *serve.argv()]))
+    return mirror_of(serve)
+
+
+def test_an_unreadable_mirror_is_one_line_and_exit_65(serve: ServeProcess) -> None:
+    held_to_permissions()
+    mirror_with_state(serve).chmod(0o000)
+    line = refused(run([*NO_DAC, *serve.argv()]))
+    assert line.startswith(
+        f"the mirror {mirror_of(serve)} cannot be opened (unable to open database file): it "
+        "must be a file the user anyrtd runs as may read and write"
+    )
+
+
+def test_a_read_only_mirror_is_one_line_and_exit_65(serve: ServeProcess) -> None:
+    held_to_permissions()
+    mirror_with_state(serve).chmod(0o444)
+    line = refused(run([*NO_DAC, *serve.argv()]))
     assert line.startswith(
         f"the mirror {mirror_of(serve)} cannot be written (attempt to write a readonly "
         f"database): give the user anyrtd runs as write access to it"
@@ -228,9 +245,7 @@ def test_a_read_only_mirror_is_one_line_and_exit_65(serve: ServeProcess) -> None
 
 def at_revision(serve: ServeProcess, sql: str) -> None:
     """Make a mirror holding state, then change its schema bookkeeping with `sql`."""
-    made = Mirror(mirror_of(serve))
-    made.ensure_schema(create=True)
-    made.commit(Batch(meta={"peer_id": "12D3KooWself"}), now=1.0)
+    made = Mirror(mirror_with_state(serve))
     with made.engine.begin() as conn:
         conn.exec_driver_sql(sql)
     made.close()
