@@ -128,6 +128,7 @@ def test_an_emptied_mirror_is_refused_and_rebuilt_by_db_rebuild(serve: ServeProc
         f.write_bytes(b"")  # emptied in place
 
     assert " is empty, but this state directory had one" in refused(run(serve.argv()))
+    assert " is empty, but this state directory had one" in refused(db(serve, "current"))
 
     rebuilt = db(serve, "rebuild")
     assert rebuilt.returncode == 0, rebuilt.stderr
@@ -275,6 +276,8 @@ def test_an_unversioned_mirror_is_told_to_rebuild_which_works(serve: ServeProces
     )
     assert refused(run(serve.argv())) == advice
     assert refused(db(serve, "upgrade")) == advice
+    current = db(serve, "current")
+    assert current.returncode == 0 and current.stdout.endswith(f"(head 0001, {advice})\n")
     assert db(serve, "rebuild").returncode == 0
     served_once(serve)
 

@@ -137,10 +137,14 @@ def db_current(config: Config) -> None:
             )
         mirror = Mirror(path)
         try:
+            empty = mirror.is_empty()
+            if empty and read_marker(path) is not None:
+                raise lost(path, "is empty")
             current, head = mirror.revisions()
             try:
-                mirror.check_revision()
-                state = "at head"
+                if not empty:
+                    mirror.check_revision()
+                state = "at head" if current == head else "behind: run `anyrtd db upgrade`"
             except SchemaNotAtHead as exc:
                 state = str(exc)
         finally:
