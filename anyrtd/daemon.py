@@ -266,13 +266,6 @@ class Daemon:
         self.config = replace(new, **{k: getattr(self.config, k) for k in fixed})
         self.runner.configure(commands=new.programs, timeout_s=new.run_timeout_s)
 
-    async def refresh_summary(self) -> None:
-        """Read the outbox depth and today's run count from the mirror, for the status line."""
-        now = self.clock.now()
-        self.outbox_depth = await self.db_call(Mirror.outbox_depth)
-        counts = await self.db_call(lambda m: m.run_counts(since=now - now % 86400))
-        self.runs_today = sum(counts.values())
-
     async def _prune_runs(self, before: float) -> int:
         return int(await self.db_call(lambda m: m.prune_runs(before)))
 
