@@ -40,6 +40,9 @@ class Config:
     grace_s: float = 10.0
     full_resync_s: float = 300.0
     decay_days: float = 30.0
+    takeover_hold_s: float = 60.0
+    """The longest a device that gains the active role waits for its predecessor's
+    stand-down beat before it claims unassigned triggers (docs/election.md)."""
     token_file: Path | None = None
     programs: Mapping[str, CommandProgram] = field(default_factory=dict)
     source: Path | None = None
@@ -113,7 +116,15 @@ def _read_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path}: not valid TOML: {exc}") from None
 
 
-_FLOATS = {"tick_s", "election_poll_s", "run_timeout_s", "grace_s", "full_resync_s", "decay_days"}
+_FLOATS = {
+    "tick_s",
+    "election_poll_s",
+    "run_timeout_s",
+    "grace_s",
+    "full_resync_s",
+    "decay_days",
+    "takeover_hold_s",
+}
 _STRINGS = {"server", "space", "agent_name", "listen"}
 
 

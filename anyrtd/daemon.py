@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from anyrtd import standing
+from anyrtd import claims, standing
 from anyrtd.chat import CHAT_WATCH_PROGRAM, ChatWatch, ensure_chat_watch
 from anyrtd.client import (
     Change,
@@ -96,6 +96,8 @@ class Daemon:
             timeout_s=config.run_timeout_s,
         )
         self.confirm_after = config.tick_s if confirm_after is None else confirm_after
+        # Exactly once across replicas: the takeover hold and the claims' fencing tokens.
+        self.fence = claims.Fence(hold_max_s=config.takeover_hold_s, tick_s=config.tick_s)
         self.records = RecordCache()
         self.registry = Registry()
         self.stats = Stats()
@@ -342,6 +344,8 @@ class Daemon:
         now = self.clock.now()
         self._apply_buffered()
         verdict = self.gate.verdict
+        if self.fence.follow(verdict == "active", self.gate.term, now):
+            self._last_verdict = None  # a takeover hold ended: reconcile every record again
         ids: Iterable[str]
         if verdict != self._last_verdict:
             self._last_verdict = verdict
@@ -355,6 +359,11 @@ class Daemon:
             self._sync_role(verdict, now)
             self._reconcile(ids, now, verdict)
             self._refresh_standing(ids, now)
+            # The stand-down beat goes after this device's last claim (docs/election.md).
+            cw = self.chat_watch_id
+            beat = self.fence.handoff_due(now) if cw is not None else None
+            if cw is not None and beat is not None:
+                self.write_trigger(cw, beat)
         await self._commit(now)
         self._tend_chat_watch()
         self._rearm.set()
@@ -440,6 +449,7 @@ class Daemon:
         self.feed_available = False
 
     def _remember(self, record: Mapping[str, Any]) -> None:
+        self.fence.note(record)
         rid = self.records.put(record)
         if rid is not None:
             self._dirty.add(rid)
@@ -473,6 +483,9 @@ class Daemon:
             active=verdict == "active",
             now=now,
             confirm_after=self.confirm_after,
+            may_claim=self.fence.may_claim(),
+            mine=self.fence.mine,
+            seen=self.fence.seen,
         )
         plan = reconcile(ids, self.records.parsed, views, ctx, self.records.pending_owner())
         for action in plan:
@@ -544,7 +557,8 @@ class Daemon:
         if claim:
             assert self.peer_id is not None
             self._unconfirmed.add(defn.id)
-            self.write_trigger(defn.id, {"owner": self.peer_id})
+            fencing = self.fence.claim_fields(defn.id, now)
+            self.write_trigger(defn.id, {"owner": self.peer_id, **fencing})
             log.info("claimed %s", defn.id, extra={"trigger": defn.id})
         else:
             log.info("adopted %s (%s)", defn.id, defn.kind, extra={"trigger": defn.id})
@@ -979,6 +993,8 @@ class Daemon:
             return 0
         await self._route_events(page.changes, self.places.space)
         relevant = [c for c in page.changes if self.places.matches_triggers(c)]
+        arrived = (c.record for c in relevant if c.record is not None)
+        self.fence.sample_lag(arrived, self.peer_id, self.clock.now())
         self._cursor = max(self._cursor, page.seq)
         self._batch.meta["cursor"] = str(self._cursor)
         if relevant:
