@@ -142,8 +142,8 @@ async def activate(url: str) -> None:
         (await http.post("/v1/devices/activate", json={"app": "bao"})).raise_for_status()
 
 
-async def wait_for(check: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
+async def wait_for(check: Any, within: float, what: str) -> Any:
+    deadline = time.monotonic() + within
     while True:
         value = await check()
         if value:
