@@ -8,6 +8,9 @@ cron every 5 s. At the end it counts the `agent_runs` records per trigger:
 fired twice, never fired, and pinned cron occurrences fired more than once or missed.
 
     python bench/bench_fence.py --delays 0.5,1,2,5 --count 90 --json out.json
+
+`--cut registry` cuts the holder off from the devices registry instead (its reads fail,
+so it keeps believing it is active); `--hold S` sets the daemons' `takeover_hold_s`.
 """
 
 from __future__ import annotations
@@ -46,8 +49,11 @@ def command() -> list[str]:
 class Cluster:
     """A replicated devserver and one `anyrtd serve` per device, in a scratch directory."""
 
-    def __init__(self, tmp: Path, delay: float, tick: float, poll: float) -> None:
+    def __init__(
+        self, tmp: Path, delay: float, tick: float, poll: float, hold: float | None = None
+    ) -> None:
         self.tmp = tmp
+        self.hold = hold
         self.delay = delay
         self.tick = tick
         self.poll = poll
@@ -92,7 +98,8 @@ class Cluster:
         config = self.tmp / f"d{index}.toml"
         config.write_text(
             f"grace_s = 1.0\nelection_poll_s = {self.poll}\n"
-            f'[programs."{PROGRAM}"]\nargv = ["true"]\n'
+            + (f"takeover_hold_s = {self.hold}\n" if self.hold is not None else "")
+            + f'[programs."{PROGRAM}"]\nargv = ["true"]\n'
         )
         return subprocess.Popen(
             [
@@ -153,7 +160,7 @@ async def wait_for(check: Any, within: float, what: str) -> Any:
         await asyncio.sleep(0.2)
 
 
-async def scenario(cluster: Cluster, count: int, window: float) -> dict[str, Any]:
+async def scenario(cluster: Cluster, count: int, window: float, cut: str) -> dict[str, Any]:
     urls, peers = cluster.urls, cluster.peers
 
     async def all_registered() -> bool:
@@ -184,6 +191,12 @@ async def scenario(cluster: Cluster, count: int, window: float) -> dict[str, Any
     move_at = [window * f for f in (0.22, 0.5, 0.78)]
     cut_at, heal_at = window * 0.33, window * 0.61
 
+    async def cut_off(device: int, on: bool) -> None:
+        if cut == "records":
+            await admin(urls[0], "partition" if on else "heal", {"device": device})
+        else:  # the device's registry reads fail: it keeps its last verdict
+            await admin(urls[0], "faults", {"device": device, "devices": "error" if on else None})
+
     async def winner() -> int:
         view = await registry(urls[0])
         return peers.index(view["active"]["bao"])
@@ -198,10 +211,10 @@ async def scenario(cluster: Cluster, count: int, window: float) -> dict[str, Any
             moves.append((round(now, 1), f"device {current + 1} -> device {target + 1}"))
         if not partition and now >= cut_at:
             current = await winner()
-            await admin(urls[0], "partition", {"device": current + 1})
-            partition = {"device": current + 1, "from": round(now, 1)}
+            await cut_off(current + 1, True)
+            partition = {"device": current + 1, "from": round(now, 1), "cut": cut}
         if partition and "to" not in partition and now >= heal_at:
-            await admin(urls[0], "heal")
+            await cut_off(partition["device"], False)
             partition["to"] = round(now, 1)
         rid = f"once-{k:03d}"
         at = time.time() + (k % 4) * 0.5 * cluster.tick
@@ -217,7 +230,7 @@ async def scenario(cluster: Cluster, count: int, window: float) -> dict[str, Any
         ids.append(rid)
         await asyncio.sleep(max(0.0, started + (k + 1) * every - time.time()))
     if partition and "to" not in partition:
-        await admin(urls[0], "heal")
+        await cut_off(partition["device"], False)
         partition["to"] = round(time.time() - started, 1)
     written = time.time()
 
@@ -283,10 +296,10 @@ async def main(args: argparse.Namespace) -> list[dict[str, Any]]:
         with tempfile.TemporaryDirectory(prefix="bench-fence-") as scratch:
             tmp = Path(args.keep) / f"delay-{delay}" if args.keep else Path(scratch)
             tmp.mkdir(parents=True, exist_ok=True)
-            cluster = Cluster(tmp, delay, args.tick, args.poll)
+            cluster = Cluster(tmp, delay, args.tick, args.poll, args.hold)
             try:
                 cluster.start()
-                result = await scenario(cluster, args.count, args.window)
+                result = await scenario(cluster, args.count, args.window, args.cut)
             finally:
                 cluster.stop()
         print(json.dumps(result), flush=True)
@@ -301,6 +314,13 @@ if __name__ == "__main__":
     parser.add_argument("--window", type=float, default=36.0, help="Seconds to write them over.")
     parser.add_argument("--tick", type=float, default=1.0)
     parser.add_argument("--poll", type=float, default=1.0)
+    parser.add_argument(
+        "--cut",
+        choices=["records", "registry"],
+        default="records",
+        help="Cut the holder off from the other replicas, or from the devices registry.",
+    )
+    parser.add_argument("--hold", type=float, help="takeover_hold_s for the daemons.")
     parser.add_argument("--keep", help="Keep the logs and state under this directory.")
     parser.add_argument("--json", help="Write the results to this file.")
     ns = parser.parse_args()
