@@ -35,6 +35,8 @@ CLAIM_FIELD = "claim"
 HANDOFF_FIELD = "handoff"
 """The runtime-owned field of the stand-down beat, on the chat-watch record."""
 DEFAULT_HOLD_S = 60.0
+LEASE_POLLS = 3
+"""A holder claims only within this many election polls of its last good registry read."""
 LAG_SAMPLES = 64
 
 
@@ -59,10 +61,15 @@ class Term:
     """This device's own row's claim, whether or not it wins."""
     top: int = 0
     """The highest seq of any row, pruned ones included: the newest term the registry knows."""
+    read_at: float | None = None
+    """When the registry was read (the lease of a holder runs from its last good read)."""
 
 
 def term_of(
-    rows: Iterable[tuple[str, bool, Mapping[str, Any]]], me: str, winner: str | None
+    rows: Iterable[tuple[str, bool, Mapping[str, Any]]],
+    me: str,
+    winner: str | None,
+    read_at: float | None = None,
 ) -> Term:
     """Return the term from registry rows given as (peer id, deleted, the app's entry)."""
     claims: dict[str, tuple[Token, bool]] = {}
@@ -85,6 +92,7 @@ def term_of(
         previous_live=previous[1] if previous else False,
         mine=mine[0] if mine else None,
         top=max((tok.seq for tok, _ in claims.values()), default=0),
+        read_at=read_at,
     )
 
 
@@ -116,9 +124,18 @@ def _field(token: Token, now: float) -> dict[str, Any]:
 class Fence:
     """One device's side of the rules: its term, the takeover hold, and the tokens it has seen."""
 
-    def __init__(self, *, hold_max_s: float = DEFAULT_HOLD_S, tick_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        *,
+        hold_max_s: float = DEFAULT_HOLD_S,
+        tick_s: float = 5.0,
+        lease_s: float | None = None,
+    ) -> None:
         self.hold_max_s = hold_max_s
         self.tick_s = tick_s
+        self.lease_s = lease_s
+        """How long after its last good registry read a holder still claims (None: for ever)."""
+        self.read_at: float | None = None
         self.term: Token | None = None
         """This device's token while it holds the active role."""
         self.waiting: Token | None = None
@@ -138,7 +155,8 @@ class Fence:
         self.lags: deque[float] = deque(maxlen=LAG_SAMPLES)
         self._owed: Token | None = None
         self._beaten: Token | None = None
-        self._released = False
+        self._could = False
+        self._lapsed = False
 
     # what the device observes
 
@@ -188,8 +206,14 @@ class Fence:
     # the role
 
     def follow(self, active: bool, term: Term | None, now: float) -> bool:
-        """Take this tick's verdict and term; return True once when a takeover hold ends."""
+        """Take this tick's verdict and term; return True when claiming may resume.
+
+        That is once a takeover hold ends, and again whenever a pause ends (a token newer
+        than the registry showed, or a lapsed lease): the unassigned records passed over
+        meanwhile must be reconciled again.
+        """
         winner = term.winner if term is not None else None
+        self.read_at = term.read_at if term is not None else None
         if term is not None:
             self.top = max(self.top, term.top)
             if self.stale is not None and self.stale.seq <= self.top:
@@ -205,9 +229,10 @@ class Fence:
             self._owe(term.mine)
         if self.waiting is not None and self._hold_over(now):
             self.waiting = None
-            self._released = True
-        released, self._released = self._released, False
-        return released
+        can = active and self.may_claim(now)
+        resumed = can and not self._could
+        self._could = can
+        return resumed
 
     def _take_over(self, winner: Token, term: Term | None, now: float) -> None:
         self.term, self.hold_from = winner, now
@@ -261,10 +286,29 @@ class Fence:
             "none yet" if lag is None else f"{lag:.2f}s",
         )
 
-    def may_claim(self) -> bool:
+    def may_claim(self, now: float) -> bool:
         """Tell whether this device may stamp new claims now (the verdict aside)."""
-        # With the election off (no term) there is one device and nothing to fence.
-        return self.waiting is None and (self.stale is None or self.term is None)
+        if self.waiting is not None:
+            return False
+        if self.term is None:
+            return True  # the election is off: one device, nothing to fence
+        if self.stale is not None:
+            return False
+        lapsed = (
+            self.lease_s is not None
+            and self.read_at is not None
+            and now - self.read_at > self.lease_s
+        )
+        if lapsed != self._lapsed:
+            self._lapsed = lapsed
+            if lapsed:
+                log.warning(
+                    "no devices registry read for %.0fs (lease %.0fs): claiming nothing "
+                    "until it answers, another device may hold the role by now",
+                    now - (self.read_at or now),
+                    self.lease_s,
+                )
+        return not lapsed
 
     def claim_fields(self, rid: str, now: float) -> dict[str, Any]:
         """Return the fencing field to write with a claim of `rid`, and remember the token."""
@@ -306,6 +350,7 @@ __all__ = [
     "CLAIM_FIELD",
     "DEFAULT_HOLD_S",
     "HANDOFF_FIELD",
+    "LEASE_POLLS",
     "Fence",
     "Term",
     "Token",

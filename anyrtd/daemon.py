@@ -97,7 +97,11 @@ class Daemon:
         )
         self.confirm_after = config.tick_s if confirm_after is None else confirm_after
         # Exactly once across replicas: the takeover hold and the claims' fencing tokens.
-        self.fence = claims.Fence(hold_max_s=config.takeover_hold_s, tick_s=config.tick_s)
+        self.fence = claims.Fence(
+            hold_max_s=config.takeover_hold_s,
+            tick_s=config.tick_s,
+            lease_s=claims.LEASE_POLLS * config.election_poll_s,
+        )
         self.records = RecordCache()
         self.registry = Registry()
         self.stats = Stats()
@@ -483,7 +487,7 @@ class Daemon:
             active=verdict == "active",
             now=now,
             confirm_after=self.confirm_after,
-            may_claim=self.fence.may_claim(),
+            may_claim=self.fence.may_claim(now),
             mine=self.fence.mine,
             seen=self.fence.seen,
         )

@@ -239,7 +239,7 @@ class Election:
         rows = (
             (d.peer_id, d.deleted or APP not in d.apps, d.apps.get(APP, {})) for d in view.devices
         )
-        self._term = term_of(rows, me, winner)
+        self._term = term_of(rows, me, winner, read_at=self.clock.now())
         self._set("active" if winner == me else "standby")
         return view
 

@@ -139,8 +139,8 @@ def beat(token: Token, at: float = NOW) -> dict[str, Any]:
 
 def test_a_first_holder_claims_at_once() -> None:
     fence = Fence(hold_max_s=60, tick_s=1)
-    assert fence.follow(True, term(Token(1, A)), NOW) is False
-    assert fence.may_claim()
+    assert fence.follow(True, term(Token(1, A)), NOW) is True  # claiming starts: reconcile all
+    assert fence.may_claim(NOW)
     assert fence.claim_fields("t", NOW) == {CLAIM_FIELD: {"seq": 1, "peer": A, "at": NOW}}
     assert fence.mine == {"t": Token(1, A)}
 
@@ -148,13 +148,13 @@ def test_a_first_holder_claims_at_once() -> None:
 def test_a_new_holder_claims_only_once_its_predecessors_beat_has_arrived() -> None:
     fence = Fence(hold_max_s=60, tick_s=1)
     fence.follow(True, term(Token(2, B), Token(1, A)), NOW)
-    assert not fence.may_claim()
+    assert not fence.may_claim(NOW)
     assert fence.follow(True, term(Token(2, B), Token(1, A)), NOW + 5) is False
     fence.note({"id": "x", "owner": A, CLAIM_FIELD: {"seq": 1, "peer": A, "at": NOW}})
-    assert not fence.may_claim()  # a claim of the predecessor is no beat: more may follow
+    assert not fence.may_claim(NOW)  # a claim of the predecessor is no beat: more may follow
     fence.note(beat(Token(1, A)))
     assert fence.follow(True, term(Token(2, B), Token(1, A)), NOW + 6) is True
-    assert fence.may_claim()
+    assert fence.may_claim(NOW)
     assert fence.follow(True, term(Token(2, B), Token(1, A)), NOW + 7) is False  # once only
 
 
@@ -162,14 +162,14 @@ def test_a_beat_that_arrived_before_the_takeover_ends_the_hold_at_once() -> None
     fence = Fence(hold_max_s=60, tick_s=1)
     fence.note(beat(Token(1, A)))
     fence.follow(True, term(Token(2, B), Token(1, A)), NOW)
-    assert fence.may_claim()
+    assert fence.may_claim(NOW)
 
 
 def test_an_older_beat_does_not_end_the_hold() -> None:
     fence = Fence(hold_max_s=60, tick_s=1)
     fence.note(beat(Token(1, A)))
     fence.follow(True, term(Token(3, C), Token(2, B)), NOW)
-    assert not fence.may_claim()
+    assert not fence.may_claim(NOW)
 
 
 def test_the_hold_ends_at_takeover_hold_s_without_a_beat() -> None:
@@ -177,7 +177,7 @@ def test_the_hold_ends_at_takeover_hold_s_without_a_beat() -> None:
     fence.follow(True, term(Token(2, B), Token(1, A)), NOW)
     assert fence.follow(True, term(Token(2, B), Token(1, A)), NOW + 29.9) is False
     assert fence.follow(True, term(Token(2, B), Token(1, A)), NOW + 30) is True
-    assert fence.may_claim()
+    assert fence.may_claim(NOW)
 
 
 def test_a_gone_predecessor_is_waited_for_twice_the_measured_lag() -> None:
@@ -213,8 +213,8 @@ def test_the_lag_is_sampled_from_other_devices_new_stamps_only() -> None:
 
 def test_the_election_off_means_no_hold_and_no_token() -> None:
     fence = Fence()
-    assert fence.follow(True, None, NOW) is False
-    assert fence.may_claim()
+    assert fence.follow(True, None, NOW) is True
+    assert fence.may_claim(NOW)
     assert fence.claim_fields("t", NOW) == {}
 
 
@@ -223,8 +223,28 @@ def test_a_role_that_moved_and_came_back_between_polls_is_a_new_takeover() -> No
     fence.follow(True, term(Token(1, A)), NOW)
     # B held term 2 in between; A is active again under term 3 without a standby verdict.
     fence.follow(True, term(Token(3, A), Token(2, B)), NOW + 10)
-    assert not fence.may_claim()
+    assert not fence.may_claim(NOW)
     assert fence.claim_fields("t", NOW) == {CLAIM_FIELD: {"seq": 3, "peer": A, "at": NOW}}
+
+
+# the lease: a holder that cannot read the registry stops claiming
+
+
+def test_a_holder_claims_only_within_its_lease_of_the_last_registry_read() -> None:
+    fence = Fence(hold_max_s=60, tick_s=1, lease_s=3)
+    fence.follow(True, term(Token(1, A), read_at=NOW), NOW)
+    assert fence.may_claim(NOW + 3)
+    assert fence.follow(True, term(Token(1, A), read_at=NOW), NOW + 3.5) is False
+    assert not fence.may_claim(NOW + 3.5)
+    # The registry answers again (still the winner): claiming resumes, all records again.
+    assert fence.follow(True, term(Token(1, A), read_at=NOW + 4), NOW + 4) is True
+    assert fence.may_claim(NOW + 4)
+
+
+def test_without_a_lease_the_last_read_does_not_matter() -> None:
+    fence = Fence(hold_max_s=60, tick_s=1)
+    fence.follow(True, term(Token(1, A), read_at=NOW), NOW)
+    assert fence.may_claim(NOW + 3600)
 
 
 # the role has moved: a token above anything the registry showed
@@ -234,14 +254,14 @@ def test_a_token_newer_than_the_registry_knows_stops_claiming_until_it_catches_u
     fence = Fence(hold_max_s=60, tick_s=1)
     fence.follow(True, term(Token(1, A)), NOW)
     fence.note({"id": "x", "owner": B, CLAIM_FIELD: {"seq": 2, "peer": B, "at": NOW}})
-    assert not fence.may_claim()
+    assert not fence.may_claim(NOW)
     # The registry still answers with the old view (say its reads fail): still no claims.
     fence.follow(True, term(Token(1, A)), NOW + 1)
-    assert not fence.may_claim()
+    assert not fence.may_claim(NOW)
     # It shows term 2 now, and this device wins again under term 3.
     fence.note(beat(Token(2, B)))
     fence.follow(True, term(Token(3, A), Token(2, B)), NOW + 2)
-    assert fence.may_claim()
+    assert fence.may_claim(NOW)
 
 
 def test_a_token_the_registry_already_knows_does_not_stop_the_winner() -> None:
@@ -249,7 +269,7 @@ def test_a_token_the_registry_already_knows_does_not_stop_the_winner() -> None:
     # B (seq 2) was pruned; A is the winner again with its old seq 1.
     fence.follow(True, term(Token(1, A), None, top=2), NOW)
     fence.note({"id": "x", "owner": B, CLAIM_FIELD: {"seq": 2, "peer": B, "at": NOW}})
-    assert fence.may_claim()
+    assert fence.may_claim(NOW)
 
 
 # the stand-down beat
