@@ -12,9 +12,14 @@ across replicas"):
   replication lag measured on the change feed. `takeover_hold_s` bounds the hold.
 - **The fencing token.** A claim writes, with `owner`, the field `claim` =
   `{"seq", "peer", "at"}`: the claimant's election `seq` (its row's claim on the role).
-  When two claims on one record meet, the higher `(seq, peer)` stands on every device;
-  the other device evicts without firing, and a device that sees a token above its own
-  term knows the role has moved and claims nothing more.
+  When two claims on one record meet, the lower `(seq, peer)` stands on every device:
+  the earlier term claimed first and may have fired; the later claimant evicts without
+  firing. After a hold that ended without the beat, the new holder confirms its claims
+  only after twice the measured lag, so an earlier claim still on its way meets its own
+  before it fires. A device that sees a token above any the registry has shown it knows
+  the role has moved and claims nothing more.
+- **The lease.** A holder claims only within `LEASE_POLLS` polls of its last good
+  registry read, so a holder cut off from the registry stops on its own.
 
 Pure: times are passed in; the daemon calls `Fence.follow` once a tick, `note` for every
 record it reads, `claim_fields` when it stamps a claim, and `handoff_due` for the beat.
@@ -113,8 +118,12 @@ def claim_token(record: Mapping[str, Any]) -> Token | None:
 
 
 def outranks(mine: Token | None, other: Token | None) -> bool:
-    """Tell whether this device's claim stands over the other one (a higher token stands)."""
-    return mine is not None and other is not None and mine > other
+    """Tell whether this device's claim stands over the other one: the lower token stands.
+
+    The claim of the earlier term was made first and may have fired already; the later
+    claimant is the one that can still wait (see `Fence.confirm_after`).
+    """
+    return mine is not None and other is not None and mine < other
 
 
 def _field(token: Token, now: float) -> dict[str, Any]:
@@ -140,8 +149,11 @@ class Fence:
         """This device's token while it holds the active role."""
         self.waiting: Token | None = None
         """The predecessor whose beat the hold waits for (None: no hold)."""
+        self._previous: Token | None = None
         self.predecessor_gone = False
         self.hold_from = 0.0
+        self.shadow_until: float | None = None
+        """Until when claims confirm slowly: the hold ended without the predecessor's beat."""
         self.top = 0
         """The highest seq the registry has shown this device."""
         self.stale: Token | None = None
@@ -237,7 +249,8 @@ class Fence:
     def _take_over(self, winner: Token, term: Term | None, now: float) -> None:
         self.term, self.hold_from = winner, now
         previous = term.previous if term is not None else None
-        self.waiting = previous
+        self.waiting = self._previous = previous
+        self.shadow_until = None
         self.predecessor_gone = previous is not None and not (term and term.previous_live)
         if previous is None:
             log.info("took term %d: no predecessor, claiming at once", winner.seq)
@@ -263,19 +276,42 @@ class Fence:
         if waiting is None:
             return True
         held = now - self.hold_from
-        if self.handoff is not None and self.handoff >= waiting:
+        if self._beat_seen(waiting):
             self._ended("its stand-down beat arrived", held)
             return True
+        why = None
         if self.predecessor_gone:
             lag = self.lag()
             quiet = self.hold_max_s if lag is None else max(self.tick_s, 2 * lag)
             if held >= min(quiet, self.hold_max_s):
-                self._ended("its device is gone and the feed has been quiet", held)
-                return True
-        if held >= self.hold_max_s:
-            self._ended(f"no beat within takeover_hold_s ({self.hold_max_s:.0f}s)", held)
-            return True
-        return False
+                why = "its device is gone and the feed has been quiet"
+        if why is None and held >= self.hold_max_s:
+            why = f"no beat within takeover_hold_s ({self.hold_max_s:.0f}s)"
+        if why is None:
+            return False
+        # Without the beat, a claim of the predecessor may still be on its way: confirm
+        # claims slowly until it shows up (or for another bound).
+        self.shadow_until = now + self.hold_max_s
+        self._ended(why, held)
+        return True
+
+    def _beat_seen(self, predecessor: Token) -> bool:
+        return self.handoff is not None and self.handoff >= predecessor
+
+    def confirm_after(self, base: float, now: float) -> float:
+        """Return how long a claim must stand before it is confirmed: `base`, or longer
+        (twice the measured lag) after a hold that ended without the predecessor's beat."""
+        if self.shadow_until is None:
+            return base
+        if now >= self.shadow_until or (self.term is not None and self._beat_seen_for_term()):
+            self.shadow_until = None
+            return base
+        lag = self.lag()
+        return base if lag is None else max(base, 2 * lag)
+
+    def _beat_seen_for_term(self) -> bool:
+        previous = self._previous
+        return previous is not None and self._beat_seen(previous)
 
     def _ended(self, why: str, held: float) -> None:
         lag = self.lag()

@@ -486,7 +486,7 @@ class Daemon:
             peer_id=self.peer_id,
             active=verdict == "active",
             now=now,
-            confirm_after=self.confirm_after,
+            confirm_after=self.fence.confirm_after(self.confirm_after, now),
             may_claim=self.fence.may_claim(now),
             mine=self.fence.mine,
             seen=self.fence.seen,

@@ -147,7 +147,7 @@ def _one(
             return []
         ours, theirs = ctx.mine.get(rid), ctx.seen.get(rid)
         if outranks(ours, theirs):
-            # Two claims met and ours holds the higher token: it stands; stamp it again.
+            # Two claims met and ours, of the earlier term, stands: stamp it again.
             return [Adopt(rec, claim=True)]
         return [Evict(rid, "superseded" if ours and theirs else "repinned")]
     if not mine:

@@ -111,14 +111,14 @@ def test_a_claim_counts_only_when_its_claimant_is_the_owner() -> None:
 @pytest.mark.parametrize(
     ("mine", "other", "stands"),
     [
-        (Token(3, A), Token(2, B), True),
-        (Token(2, B), Token(3, A), False),
-        (Token(3, B), Token(3, A), True),  # same seq (a replicated registry): peer id breaks it
+        (Token(2, B), Token(3, A), True),  # the earlier term claimed first: it stands
+        (Token(3, A), Token(2, B), False),
+        (Token(3, A), Token(3, B), True),  # same seq (a replicated registry): peer id breaks it
         (Token(3, A), None, False),
         (None, Token(3, A), False),
     ],
 )
-def test_the_higher_token_stands(mine: Token | None, other: Token | None, stands: bool) -> None:
+def test_the_lower_token_stands(mine: Token | None, other: Token | None, stands: bool) -> None:
     assert outranks(mine, other) is stands
 
 
@@ -178,6 +178,42 @@ def test_the_hold_ends_at_takeover_hold_s_without_a_beat() -> None:
     assert fence.follow(True, term(Token(2, B), Token(1, A)), NOW + 29.9) is False
     assert fence.follow(True, term(Token(2, B), Token(1, A)), NOW + 30) is True
     assert fence.may_claim(NOW)
+
+
+def test_after_a_hold_without_the_beat_claims_confirm_after_twice_the_lag() -> None:
+    fence = Fence(hold_max_s=10, tick_s=1)
+    fence.sample_lag(
+        [{"id": "y", "owner": C, CLAIM_FIELD: {"seq": 1, "peer": C, "at": NOW - 4}}], B, NOW
+    )
+    fence.follow(True, term(Token(2, B), Token(1, A)), NOW)
+    assert fence.confirm_after(1.0, NOW) == 1.0  # holding: nothing to confirm anyway
+    fence.follow(True, term(Token(2, B), Token(1, A)), NOW + 10)
+    assert fence.confirm_after(1.0, NOW + 10) == 8.0
+    # The predecessor's beat shows up late: its claims are all here, back to one tick.
+    fence.note(beat(Token(1, A)))
+    assert fence.confirm_after(1.0, NOW + 12) == 1.0
+
+
+def test_the_slow_confirmation_lasts_one_more_bound_at_most() -> None:
+    fence = Fence(hold_max_s=10, tick_s=1)
+    fence.sample_lag(
+        [{"id": "y", "owner": C, CLAIM_FIELD: {"seq": 1, "peer": C, "at": NOW - 4}}], B, NOW
+    )
+    fence.follow(True, term(Token(2, B), Token(1, A)), NOW)
+    fence.follow(True, term(Token(2, B), Token(1, A)), NOW + 10)
+    assert fence.confirm_after(1.0, NOW + 19) == 8.0
+    assert fence.confirm_after(1.0, NOW + 20) == 1.0
+
+
+def test_a_hold_ended_by_the_beat_confirms_at_the_usual_pace() -> None:
+    fence = Fence(hold_max_s=10, tick_s=1)
+    fence.sample_lag(
+        [{"id": "y", "owner": C, CLAIM_FIELD: {"seq": 1, "peer": C, "at": NOW - 4}}], B, NOW
+    )
+    fence.follow(True, term(Token(2, B), Token(1, A)), NOW)
+    fence.note(beat(Token(1, A)))
+    fence.follow(True, term(Token(2, B), Token(1, A)), NOW + 5)
+    assert fence.confirm_after(1.0, NOW + 5) == 1.0
 
 
 def test_a_gone_predecessor_is_waited_for_twice_the_measured_lag() -> None:
@@ -348,14 +384,14 @@ def test_an_unassigned_record_is_not_claimed_during_the_hold() -> None:
     assert plan(once(""), False)[0] == Adopt(once(""), claim=True)
 
 
-def test_a_claim_with_a_lower_token_does_not_stand_over_ours() -> None:
+def test_a_claim_of_a_later_term_does_not_stand_over_ours() -> None:
     theirs = once(OTHER)
-    actions = plan(theirs, True, mine={"t": Token(3, ME)}, seen={"t": Token(2, OTHER)})
+    actions = plan(theirs, True, mine={"t": Token(2, ME)}, seen={"t": Token(3, OTHER)})
     assert actions == [Adopt(theirs, claim=True)]
 
 
-def test_our_claim_with_a_lower_token_is_evicted_unfired() -> None:
-    actions = plan(once(OTHER), True, mine={"t": Token(2, ME)}, seen={"t": Token(3, OTHER)})
+def test_our_claim_of_a_later_term_is_evicted_unfired() -> None:
+    actions = plan(once(OTHER), True, mine={"t": Token(3, ME)}, seen={"t": Token(2, OTHER)})
     assert actions == [Evict("t", "superseded")]
 
 
