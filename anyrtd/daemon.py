@@ -561,7 +561,9 @@ class Daemon:
         if claim:
             assert self.peer_id is not None
             self._unconfirmed.add(defn.id)
-            fencing = self.fence.claim_fields(defn.id, now)
+            # chat-watch moves with the role on purpose: its stamp is a move, not a claim.
+            cw = defn.id == self.chat_watch_id
+            fencing = {} if cw else self.fence.claim_fields(defn.id, now)
             self.write_trigger(defn.id, {"owner": self.peer_id, **fencing})
             log.info("claimed %s", defn.id, extra={"trigger": defn.id})
         else:
