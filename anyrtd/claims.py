@@ -28,6 +28,7 @@ record it reads, `claim_fields` when it stamps a claim, and `handoff_due` for th
 from __future__ import annotations
 
 import logging
+import sys
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -108,7 +109,7 @@ def read_token(value: Any) -> Token | None:
     seq, peer = value.get("seq"), value.get("peer")
     if not isinstance(seq, int) or isinstance(seq, bool) or not isinstance(peer, str) or not peer:
         return None
-    return Token(seq, peer)
+    return Token(seq, sys.intern(peer))  # one copy of each peer id, however many records
 
 
 def claim_token(record: Mapping[str, Any]) -> Token | None:

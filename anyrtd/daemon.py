@@ -349,7 +349,7 @@ class Daemon:
         self._apply_buffered()
         verdict = self.gate.verdict
         if self.fence.follow(verdict == "active", self.gate.term, now):
-            self._last_verdict = None  # a takeover hold ended: reconcile every record again
+            self._last_verdict = None  # claiming may start or resume: reconcile every record
         ids: Iterable[str]
         if verdict != self._last_verdict:
             self._last_verdict = verdict
