@@ -300,19 +300,26 @@ class Fence:
         return self.handoff is not None and self.handoff >= predecessor
 
     def confirm_after(self, base: float, now: float) -> float:
-        """Return how long a claim must stand before it is confirmed: `base`, or longer
-        (twice the measured lag) after a hold that ended without the predecessor's beat."""
+        """Return how long a claim must stand before it is confirmed: `base`, or a round
+        trip (twice the measured lag and two ticks) after a hold that ended without the
+        predecessor's beat.
+
+        Last-writer-wins hides an earlier claim from a replica that has written its own
+        later claim; the earlier claimant answers with its claim again, and that answer
+        takes the round trip to arrive. When the beat does arrive late, the claims made
+        before it still get their round trip.
+        """
         if self.shadow_until is None:
             return base
-        if now >= self.shadow_until or (self.term is not None and self._beat_seen_for_term()):
+        lag = self.lag()
+        trip = max(base, 2 * (lag or 0.0) + 2 * self.tick_s)
+        previous = self._previous
+        if self.term is not None and previous is not None and self._beat_seen(previous):
+            self.shadow_until = min(self.shadow_until, now + trip)  # noted at most a tick late
+        if now >= self.shadow_until:
             self.shadow_until = None
             return base
-        lag = self.lag()
-        return base if lag is None else max(base, 2 * lag)
-
-    def _beat_seen_for_term(self) -> bool:
-        previous = self._previous
-        return previous is not None and self._beat_seen(previous)
+        return trip
 
     def _ended(self, why: str, held: float) -> None:
         lag = self.lag()
@@ -348,11 +355,16 @@ class Fence:
         return not lapsed
 
     def claim_fields(self, rid: str, now: float) -> dict[str, Any]:
-        """Return the fencing field to write with a claim of `rid`, and remember the token."""
-        if self.term is None:
+        """Return the fencing field to write with a claim of `rid`, and remember the token.
+
+        A claim this device defends is stamped again with the token it was made under,
+        whatever its term is now.
+        """
+        token = self.mine.get(rid) or self.term
+        if token is None:
             return {}
-        self.mine[rid] = self.term
-        return {CLAIM_FIELD: _field(self.term, now)}
+        self.mine[rid] = token
+        return {CLAIM_FIELD: _field(token, now)}
 
     def outranks(self, rid: str) -> bool:
         """Tell whether this device's claim of `rid` stands over the one the record shows."""

@@ -180,18 +180,21 @@ def test_the_hold_ends_at_takeover_hold_s_without_a_beat() -> None:
     assert fence.may_claim(NOW)
 
 
-def test_after_a_hold_without_the_beat_claims_confirm_after_twice_the_lag() -> None:
-    fence = Fence(hold_max_s=10, tick_s=1)
+def test_after_a_hold_without_the_beat_claims_confirm_after_a_round_trip() -> None:
+    fence = Fence(hold_max_s=30, tick_s=1)
     fence.sample_lag(
         [{"id": "y", "owner": C, CLAIM_FIELD: {"seq": 1, "peer": C, "at": NOW - 4}}], B, NOW
     )
     fence.follow(True, term(Token(2, B), Token(1, A)), NOW)
     assert fence.confirm_after(1.0, NOW) == 1.0  # holding: nothing to confirm anyway
-    fence.follow(True, term(Token(2, B), Token(1, A)), NOW + 10)
-    assert fence.confirm_after(1.0, NOW + 10) == 8.0
-    # The predecessor's beat shows up late: its claims are all here, back to one tick.
+    fence.follow(True, term(Token(2, B), Token(1, A)), NOW + 30)
+    assert fence.confirm_after(1.0, NOW + 30) == 10.0  # 2 x 4 s of lag and 2 ticks
+    # The predecessor's beat shows up late: the claims made before it still get their
+    # round trip, the ones after it confirm at the usual pace.
     fence.note(beat(Token(1, A)))
-    assert fence.confirm_after(1.0, NOW + 12) == 1.0
+    assert fence.confirm_after(1.0, NOW + 32) == 10.0
+    assert fence.confirm_after(1.0, NOW + 41.9) == 10.0
+    assert fence.confirm_after(1.0, NOW + 42) == 1.0
 
 
 def test_the_slow_confirmation_lasts_one_more_bound_at_most() -> None:
@@ -201,7 +204,7 @@ def test_the_slow_confirmation_lasts_one_more_bound_at_most() -> None:
     )
     fence.follow(True, term(Token(2, B), Token(1, A)), NOW)
     fence.follow(True, term(Token(2, B), Token(1, A)), NOW + 10)
-    assert fence.confirm_after(1.0, NOW + 19) == 8.0
+    assert fence.confirm_after(1.0, NOW + 19) == 10.0
     assert fence.confirm_after(1.0, NOW + 20) == 1.0
 
 
@@ -309,6 +312,17 @@ def test_a_token_the_registry_already_knows_does_not_stop_the_winner() -> None:
 
 
 # the stand-down beat
+
+
+def test_a_claim_is_defended_with_the_token_it_was_made_under() -> None:
+    fence = Fence(hold_max_s=60, tick_s=1)
+    fence.follow(True, term(Token(1, A)), NOW)
+    fence.claim_fields("t", NOW)
+    fence.follow(False, term(Token(2, B), Token(1, A), mine=Token(1, A)), NOW + 1)
+    # B's later claim met A's on A's replica: A, standing by now, stamps its own again.
+    fence.note({"id": "t", "owner": B, CLAIM_FIELD: {"seq": 2, "peer": B, "at": NOW}})
+    assert fence.outranks("t")
+    assert fence.claim_fields("t", NOW + 2) == {CLAIM_FIELD: {"seq": 1, "peer": A, "at": NOW + 2}}
 
 
 def test_a_holder_that_stands_down_owes_one_beat_for_its_term() -> None:
