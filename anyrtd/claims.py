@@ -15,9 +15,9 @@ across replicas"):
   When two claims on one record meet, the lower `(seq, peer)` stands on every device:
   the earlier term claimed first and may have fired; the later claimant evicts without
   firing. After a hold that ended without the beat, the new holder confirms its claims
-  only after twice the measured lag, so an earlier claim still on its way meets its own
-  before it fires. A device that sees a token above any the registry has shown it knows
-  the role has moved and claims nothing more.
+  only after a round trip (twice the measured lag, two ticks), so an earlier claim still
+  on its way meets its own before it fires. A device that sees a token above any the
+  registry has shown it knows the role has moved and claims nothing more.
 - **The lease.** A holder claims only within `LEASE_POLLS` polls of its last good
   registry read, so a holder cut off from the registry stops on its own.
 
