@@ -154,7 +154,8 @@ class Fence:
         self.predecessor_gone = False
         self.hold_from = 0.0
         self.shadow_until: float | None = None
-        """Until when claims confirm slowly: the hold ended without the predecessor's beat."""
+        """Until when a claim may meet a predecessor's still on its way (the hold ended
+        without the beat); claims confirm after a round trip until a trip past it."""
         self.top = 0
         """The highest seq the registry has shown this device."""
         self.stale: Token | None = None
@@ -315,8 +316,8 @@ class Fence:
         trip = max(base, 2 * (lag or 0.0) + 2 * self.tick_s)
         previous = self._previous
         if self.term is not None and previous is not None and self._beat_seen(previous):
-            self.shadow_until = min(self.shadow_until, now + trip)  # noted at most a tick late
-        if now >= self.shadow_until:
+            self.shadow_until = min(self.shadow_until, now)  # noted at most a tick late
+        if now >= self.shadow_until + trip:  # the last claim made in the shadow had its trip
             self.shadow_until = None
             return base
         return trip

@@ -204,8 +204,10 @@ def test_the_slow_confirmation_lasts_one_more_bound_at_most() -> None:
     )
     fence.follow(True, term(Token(2, B), Token(1, A)), NOW)
     fence.follow(True, term(Token(2, B), Token(1, A)), NOW + 10)
-    assert fence.confirm_after(1.0, NOW + 19) == 10.0
-    assert fence.confirm_after(1.0, NOW + 20) == 1.0
+    # Claims may meet a late claim of the predecessor until one more bound has passed;
+    # the last of them still gets its round trip.
+    assert fence.confirm_after(1.0, NOW + 29.9) == 10.0
+    assert fence.confirm_after(1.0, NOW + 30) == 1.0
 
 
 def test_a_hold_ended_by_the_beat_confirms_at_the_usual_pace() -> None:
