@@ -161,7 +161,12 @@ async def wait_for(check: Any, within: float, what: str) -> Any:
 
 
 async def scenario(
-    cluster: Cluster, count: int, window: float, cut: str, cut_lead: float | None = None
+    cluster: Cluster,
+    count: int,
+    window: float,
+    cut: str,
+    cut_lead: float | None = None,
+    cut_for: float | None = None,
 ) -> dict[str, Any]:
     urls, peers = cluster.urls, cluster.peers
 
@@ -192,7 +197,8 @@ async def scenario(
     every = window / count
     move_at = [window * f for f in (0.22, 0.5, 0.78)]
     lead = window * (0.5 - 0.33) if cut_lead is None else cut_lead
-    cut_at, heal_at = window * 0.5 - lead, window * 0.61
+    cut_at = window * 0.5 - lead
+    heal_at = window * 0.61 if cut_for is None else cut_at + cut_for
 
     async def cut_off(device: int, on: bool) -> None:
         if cut == "records":
@@ -307,7 +313,9 @@ async def main(args: argparse.Namespace) -> list[dict[str, Any]]:
             cluster = Cluster(tmp, delay, args.tick, args.poll, args.hold)
             try:
                 cluster.start()
-                result = await scenario(cluster, args.count, args.window, args.cut, args.cut_lead)
+                result = await scenario(
+                    cluster, args.count, args.window, args.cut, args.cut_lead, args.cut_for
+                )
             finally:
                 cluster.stop()
         print(json.dumps(result), flush=True)
@@ -332,6 +340,9 @@ if __name__ == "__main__":
         "--cut-lead",
         type=float,
         help="Seconds between the cut and the second role move [default: 0.17 of the window].",
+    )
+    parser.add_argument(
+        "--cut-for", type=float, help="Seconds the cut lasts [default: to 0.61 of the window]."
     )
     parser.add_argument("--hold", type=float, help="takeover_hold_s for the daemons.")
     parser.add_argument("--keep", help="Keep the logs and state under this directory.")
