@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -113,6 +115,7 @@ class Child:
             stdout=asyncio.subprocess.PIPE,
             stderr=self.log.open("ab"),
             env={**os.environ, "PYTHONPATH": str(REPO)},
+            limit=2**28,  # the last answer carries every sample
         )
         self.ready = await self._read(limit_s)
         return self.ready
@@ -242,7 +245,7 @@ def lag_summary(lags: Sequence[float]) -> dict[str, Any]:
     }
 
 
-async def run_spread(sc: Scenario, kind: str, tmp: Path) -> dict[str, Any]:
+async def run_spread(sc: Scenario, kind: str, tmp: Path, py_spy: Path | None) -> dict[str, Any]:
     """Add `n` interval triggers ten at a time across one period; measure a window after."""
     async with Setup(kind, tmp) as setup:
         child = setup.child()
@@ -251,20 +254,47 @@ async def run_spread(sc: Scenario, kind: str, tmp: Path) -> dict[str, Any]:
         groups = max(1, sc.n // 10)
         step = sc.every_s / groups
         t0 = time.time()
+        added = 0
         for g in range(groups):
             await asyncio.sleep(max(0.0, t0 + g * step - time.time()))
+            if time.time() - t0 > 2 * sc.every_s:
+                break
             if kind == "anyrtd":
                 ids = [
                     (f"spread{i:06d}", every_record(sc.every_s)) for i in range(g * 10, g * 10 + 10)
                 ]
                 await setup.write(ids, 10)
             else:
-                await child.ask("add_every", prefix="spread", first=g * 10, n=10, every=sc.every_s)
+                with contextlib.suppress(TimeoutError):
+                    await child.ask(
+                        "add_every",
+                        limit_s=2 * sc.every_s,
+                        prefix="spread",
+                        first=g * 10,
+                        n=10,
+                        every=sc.every_s,
+                    )
+            added += 10
         adding_s = time.time() - t0
+        if added < groups * 10:
+            # Adding took over two periods: the scheduler is behind its own schedule.
+            final = await child.stop()
+            lags = [lag for _, lag in final["samples"]]
+            return {
+                "triggers": groups * 10,
+                "every_s": sc.every_s,
+                "fell_behind": f"{added} of {groups * 10} added in {adding_s:.0f} s",
+                "lag_of_every_start_so_far": lag_summary(lags),
+            }
         await child.wait_size(base + groups * 10, limit_s=120.0)
+        spy = None
+        if py_spy is not None and kind == "anyrtd":
+            spy = start_py_spy(child.pid, py_spy / f"{sc.name}.txt")
         w0 = await child.ask("stat", size=False)
         await asyncio.sleep(sc.window_s)
         w1 = await child.ask("stat", size=False)
+        if spy is not None:
+            stop_py_spy(spy)
         # Runs due in the window that a scheduler behind its schedule starts after it still
         # count: wait until it has started a run due after the window (or a period passed).
         deadline = time.monotonic() + sc.every_s + 5.0
@@ -334,8 +364,7 @@ async def run_burst(sc: Scenario, kind: str, tmp: Path, py_spy: Path | None) -> 
                 break
             await asyncio.sleep(0.1)
         if spy is not None:
-            spy.send_signal(2)
-            spy.wait(60)
+            stop_py_spy(spy)
         recorded: dict[str, Any] = {}
         if follower is not None:
             try:
@@ -399,6 +428,12 @@ def start_py_spy(pid: int, out: Path) -> subprocess.Popen[bytes] | None:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+
+
+def stop_py_spy(spy: subprocess.Popen[bytes]) -> None:
+    """Stop py-spy (SIGINT): it writes what it sampled and exits."""
+    spy.send_signal(signal.SIGINT)
+    spy.wait(60)
 
 
 async def run_idle(sc: Scenario, kind: str, tmp: Path, settle_s: float) -> dict[str, Any]:
@@ -472,6 +507,88 @@ def per_trigger(results: Mapping[str, Any]) -> None:
                 )
 
 
+def markdown_table(results: Mapping[str, Any]) -> str:
+    """Return the figures as a Markdown table: one row per figure, one column per scheduler."""
+
+    def cell(name: str, kind: str, *path: str, unit: str = "") -> str:
+        value: Any = results.get(name, {}).get(kind)
+        for key in path:
+            value = value.get(key) if isinstance(value, Mapping) else None
+        return "—" if value is None else f"{value}{unit}"
+
+    def lag(name: str, kind: str) -> str:
+        p50, p99 = cell(name, kind, "lag", "p50_ms"), cell(name, kind, "lag", "p99_ms")
+        return "—" if p50 == "—" else f"{p50} / {p99} ms"
+
+    rows = [
+        ("spread 1k every 10 s: real start lag p50 / p99", lambda k: lag("spread-1k", k)),
+        ("spread 1k: CPU per fire", lambda k: cell("spread-1k", k, "cpu_ms_per_fire", unit=" ms")),
+        ("spread 10k every 60 s: real start lag p50 / p99", lambda k: lag("spread-10k", k)),
+        (
+            "spread 10k: CPU per fire",
+            lambda k: cell("spread-10k", k, "cpu_ms_per_fire", unit=" ms"),
+        ),
+        ("spread 10k: share of a core", lambda k: cell("spread-10k", k, "cpu_share_of_core")),
+        ("burst 1k: real start lag p50 / p99", lambda k: lag("burst-1k", k)),
+        ("burst 10k: real start lag p50 / p99", lambda k: lag("burst-10k", k)),
+        (
+            "bursts: largest startedAt - scheduledAt in the records (1k / 10k)",
+            lambda k: (
+                "—"
+                if k != "anyrtd"
+                else f"{cell('burst-1k', k, 'records', 'largest_claimed_lag_ms')} / "
+                f"{cell('burst-10k', k, 'records', 'largest_claimed_lag_ms')} ms"
+            ),
+        ),
+        (
+            "bursts: until every run is recorded on the server (1k / 10k)",
+            lambda k: (
+                "—"
+                if k != "anyrtd"
+                else f"{cell('burst-1k', k, 'records', 'all_recorded_s')} / "
+                f"{cell('burst-10k', k, 'records', 'all_recorded_s')} s"
+            ),
+        ),
+    ]
+    for size in ("0", "1k", "10k", "100k"):
+        rows.append(
+            (
+                f"idle CPU, {size} triggers",
+                lambda k, s=size: cell(f"idle-{s}", k, "idle_cpu_ms_per_s", unit=" ms/s"),
+            )
+        )
+    for size in ("1k", "10k", "100k"):
+        rows.append(
+            (
+                f"memory per trigger at {size} (RSS above idle-0)",
+                lambda k, s=size: cell(f"idle-{s}", k, "kb_per_trigger_above_idle_0", unit=" KB"),
+            )
+        )
+    rows.append(
+        (
+            "restart from a mirror of 100k: open / start",
+            lambda k: (
+                "—"
+                if k != "anyrtd"
+                else f"{cell('idle-100k', k, 'restart', 'open_s')} / "
+                f"{cell('idle-100k', k, 'restart', 'start_s')} s"
+            ),
+        )
+    )
+    lines = ["| figure | " + " | ".join(SCHEDULERS) + " |", "| --- |" + " ---: |" * len(SCHEDULERS)]
+    lines += [f"| {title} | " + " | ".join(fn(k) for k in SCHEDULERS) + " |" for title, fn in rows]
+    if results.get("quick"):
+        lines.append("\n(a --quick run: the sizes are smaller than the scenarios' names say)")
+    return "\n".join(lines)
+
+
+def budget_s(sc: Scenario) -> float:
+    """Return how long one scheduler's run of `sc` may take before it counts as failed."""
+    if sc.kind == "spread":
+        return 3 * sc.every_s + sc.window_s + 180.0
+    return 900.0 if sc.kind == "burst" else 1500.0
+
+
 def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -498,16 +615,22 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 where = Path(tmp) / f"{name}-{kind}"
                 where.mkdir()
                 before = load()
-                if sc.kind == "spread":
-                    res = await run_spread(sc, kind, where)
-                elif sc.kind == "burst":
-                    res = await run_burst(sc, kind, where, args.py_spy)
-                else:
-                    res = await run_idle(sc, kind, where, settle_s)
+                try:
+                    async with asyncio.timeout(budget_s(sc)):
+                        if sc.kind == "spread":
+                            res = await run_spread(sc, kind, where, args.py_spy)
+                        elif sc.kind == "burst":
+                            res = await run_burst(sc, kind, where, args.py_spy)
+                        else:
+                            res = await run_idle(sc, kind, where, settle_s)
+                except (TimeoutError, RuntimeError) as exc:
+                    what = str(exc) or f"no result within {budget_s(sc):.0f} s"
+                    res = {"error": f"{exc.__class__.__name__}: {what}"}
                 res["load_before_after"] = f"{before} / {load()}"
                 results[name][kind] = res
                 print(name, kind, json.dumps(res), flush=True)
     per_trigger(results)
+    print(markdown_table(results), flush=True)
     return results
 
 
@@ -527,12 +650,17 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--json", type=Path, help="write the results to this file")
     parser.add_argument(
-        "--py-spy", type=Path, help="profile anyrtd's bursts with py-spy into this folder"
+        "--py-spy",
+        type=Path,
+        help="profile anyrtd with py-spy into this folder (a burst's fires, a spread's window)",
     )
     return parser.parse_args(argv)
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--table"]:
+        print(markdown_table(json.loads(Path(sys.argv[2]).read_text())))
+        sys.exit(0)
     ns = parse()
     out = asyncio.run(main(ns))
     if ns.json:
