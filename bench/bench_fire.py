@@ -102,6 +102,7 @@ class Child:
         self.log = log
         self.proc: asyncio.subprocess.Process | None = None
         self.ready: dict[str, Any] = {}
+        self._seq = 0
 
     async def start(self, limit_s: float = 600.0) -> dict[str, Any]:
         self.proc = await asyncio.create_subprocess_exec(
@@ -127,9 +128,13 @@ class Child:
 
     async def ask(self, op: str, limit_s: float = 600.0, **fields: Any) -> dict[str, Any]:
         assert self.proc is not None and self.proc.stdin is not None
-        self.proc.stdin.write((json.dumps({"op": op, **fields}) + "\n").encode())
+        self._seq += 1
+        self.proc.stdin.write((json.dumps({"op": op, "seq": self._seq, **fields}) + "\n").encode())
         await self.proc.stdin.drain()
         answer = await self._read(limit_s)
+        while answer.get("seq") != self._seq:
+            # The late answer to a command given up on: not this one's.
+            answer = await self._read(limit_s)
         if "error" in answer:
             raise RuntimeError(f"{self.kind}: {op}: {answer['error']}")
         return answer

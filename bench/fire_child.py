@@ -221,24 +221,25 @@ async def serve(kind: str, params: Mapping[str, Any]) -> None:
     reply({"ready": True, **(await under_test.start()), **stat(under_test)})
     while line := await reader.readline():
         cmd = json.loads(line)
+        seq = cmd.get("seq")
         if cmd["op"] == "stat":
-            reply(stat(under_test, cmd.get("size", True)))
+            reply(stat(under_test, cmd.get("size", True)), seq)
         elif cmd["op"] == "gc":
             gc.collect()
-            reply(stat(under_test))
+            reply(stat(under_test), seq)
         elif cmd["op"] == "stop":
             await under_test.stop()
-            reply({"samples": SAMPLES, **stat(under_test)})
+            reply({"samples": SAMPLES, **stat(under_test)}, seq)
             return
         else:
             try:
-                reply(await under_test.command(cmd))
+                reply(await under_test.command(cmd), seq)
             except Exception as exc:
-                reply({"error": f"{exc.__class__.__name__}: {exc}"})
+                reply({"error": f"{exc.__class__.__name__}: {exc}"}, seq)
 
 
-def reply(body: Mapping[str, Any]) -> None:
-    sys.stdout.write(json.dumps(body) + "\n")
+def reply(body: Mapping[str, Any], seq: int | None = None) -> None:
+    sys.stdout.write(json.dumps({**body, "seq": seq}) + "\n")
     sys.stdout.flush()
 
 
