@@ -11,13 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parent.parent
 
 
 def test_quick_burst_measures_every_start_and_record(tmp_path: Path) -> None:
-    pytest.importorskip("apscheduler")
     out = tmp_path / "fire.json"
     subprocess.run(
         [
@@ -29,8 +26,6 @@ def test_quick_burst_measures_every_start_and_record(tmp_path: Path) -> None:
             "burst-1k",
             "--scheduler",
             "anyrtd",
-            "--scheduler",
-            "aps-memory",
             "--json",
             str(out),
         ],
@@ -39,15 +34,15 @@ def test_quick_burst_measures_every_start_and_record(tmp_path: Path) -> None:
         timeout=120,
         capture_output=True,
     )
-    burst = json.loads(out.read_text())["burst-1k"]
-    assert set(burst) == {"anyrtd", "aps-memory"}
-    for figures in burst.values():
-        n = figures["triggers"]
-        assert figures["started"] == n
-        lag = figures["lag"]
-        assert lag["samples"] == n
-        assert 0 <= lag["p50_ms"] <= lag["p99_ms"] <= lag["max_ms"] < 60_000
-    records = burst["anyrtd"]["records"]
-    assert records["recorded"] == burst["anyrtd"]["triggers"]
+    figures = json.loads(out.read_text())["burst-1k"]["anyrtd"]
+    n = figures["triggers"]
+    assert n > 0
+    assert figures["started"] == n
+    lag = figures["lag"]
+    assert lag["samples"] == n
+    assert 0 <= lag["p50_ms"] <= lag["p99_ms"] <= lag["max_ms"] < 60_000
+    assert figures["cpu_ms_per_fire_until_last_start"] > 0
+    records = figures["records"]
+    assert records["recorded"] == n
     assert records["all_recorded_s"] >= 0
     assert records["largest_claimed_lag_ms"] >= 0
