@@ -505,6 +505,7 @@ def triggers_edit(
                 _rearm(stored.fields, filled)
         elif filled.get("kind") == Kind.ONCE:
             unset_fields_list.append(RollupField.LAST_RUN_AT.value)
+            _rearm(stored.fields, filled)
         await records.update(trigger_id, filled, unset_fields_list, dry_run=True)
         confirm(*await _concerns(records, config, stored.fields, filled), yes)
         await records.update(trigger_id, filled, unset_fields_list)
