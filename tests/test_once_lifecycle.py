@@ -9,6 +9,7 @@ schedule ones the in-process fleet harness (a fake clock) on a real devserver.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import re
@@ -26,11 +27,16 @@ from control_support import TICK, ServeProcess
 from fleet import T0, Fleet, Node
 from support import wait_until
 
+from anyrtd.apply import Apply
 from anyrtd.client import ServerClient, Upsert
+from anyrtd.metrics import Stats
 from anyrtd.model import TriggerDef, parse_record
 from anyrtd.places import Places, resolve_places
 from anyrtd.reconcile import Adopt, Context, EntryView, Refresh, reconcile
-from anyrtd.registry import Entry, new_row, next_fire
+from anyrtd.records import RecordCache
+from anyrtd.registry import Entry, Registry, new_row, next_fire
+from anyrtd.unit import Unit
+from anyrtd.vocab import Verdict
 
 T = TypeVar("T")
 MARK = ('[programs."test:mark@v1"]', 'argv = ["/bin/sh", "-c", "echo fired"]')
@@ -339,3 +345,43 @@ async def test_the_overlap_skip_line_prints_an_iso_time_with_its_zone(
 
 def _epoch(text: str) -> float:
     return datetime.fromisoformat(text).timestamp()
+
+
+def test_a_restart_holds_a_consumption_the_server_took_but_did_not_show_back() -> None:
+    """A crash after the outbox sent a once's consumption and before the record came back
+    leaves the mirror a record without `lastRunAt`: that is not a rewrite, and no re-arm."""
+    records = RecordCache()
+    stale = {
+        "id": "t",
+        "_v": 3,
+        "kind": "once",
+        "spec": {"at": T0 - 60},
+        "program": "a:b@v1",
+        "owner": "me",
+        "enabled": True,
+    }
+    records.load(json.dumps(stale))
+    parsed = records.parsed["t"]
+    assert isinstance(parsed, TriggerDef)
+    row = new_row(parsed, T0 - 60, claimed=False)
+    row.consumed, row.enabled = True, False
+    registry = Registry()
+    unit = Unit(records, on_outbox=lambda: None)
+    stage = Apply(registry=registry, records=records, unit=unit, stats=Stats(), confirm_after=0)
+    stage.restore([row], T0)
+
+    def armed() -> float | None:
+        stage.reconcile(["t"], T0, Verdict.ACTIVE, "me")
+        entry = registry.get("t")
+        assert entry is not None
+        assert entry.row.consumed is (entry.row.next_fire is None)
+        return entry.row.next_fire
+
+    assert armed() is None
+    # The server shows the consumption back: still consumed, now as the server says.
+    records.put({**stale, "_v": 4, "enabled": False, "lastRunAt": T0 - 59})
+    assert armed() is None
+    assert records.parsed["t"].rollup.last_run_at == T0 - 59  # type: ignore[union-attr]
+    # A rewrite after that, without lastRunAt, re-arms the shot.
+    records.put({**stale, "_v": 5})
+    assert armed() == T0 - 60
