@@ -281,7 +281,14 @@ def test_edit_at_on_a_fired_once_arms_it_again(world: World, serve: ServeProcess
         resp = client.patch("/triggers/call", json={"spec": {"at": third}})
     assert resp.status_code == 200, resp.text
     wait_until(lambda: world.settled("call", 3), timeout=30, what="the fire after the PATCH")
-    assert [r["scheduledAt"] for r in world.fires("call")] == [first, second, third]
+    # And so does `triggers apply` of a file with a new `at` (and no `enabled`).
+    fourth = round(time.time() + 2)
+    plan = serve.tmp / "call.json"
+    once = {"id": "call", "kind": "once", "spec": {"at": fourth}, "program": "test:mark@v1"}
+    plan.write_text(json.dumps([once]))
+    anyrtd(serve, "triggers", "apply", "-f", str(plan), "--yes")
+    wait_until(lambda: world.settled("call", 4), timeout=30, what="the fire after the apply")
+    assert [r["scheduledAt"] for r in world.fires("call")] == [first, second, third, fourth]
 
 
 def test_edit_at_that_sets_enabled_false_leaves_a_fired_once_off(
