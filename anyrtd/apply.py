@@ -83,8 +83,10 @@ class Apply:
             if missed or (defn.kind == Kind.ONCE and not row.consumed):
                 # A missed cron occurrence does not exist: re-arm strictly forward, no burst,
                 # and say so in the mirror at once (its `scheduled_next` view reads the row).
+                before = row.next_fire
                 self.registry.arm(entry, now)
-                self.unit.save(row)
+                if row.next_fire != before:
+                    self.unit.save(row)
 
     def reconcile(self, ids: Iterable[str], now: float, verdict: str, peer_id: str) -> None:
         """Reconcile `ids` and apply the plan."""

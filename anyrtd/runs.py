@@ -151,9 +151,11 @@ def rollup(
 
     The breaker trips when the count reaches `limit` on a trigger that is still `armed`
     (enabled on this device); a trigger the device no longer holds never trips here.
-    A `once` takes `lastRunAt` as its consumed state (seeds), so a run by hand of a
-    trigger of `kind` once (no `scheduledAt`) writes every rollup field but that one:
-    the shot still fires at its `at`, on whichever device holds it, after any restart.
+    A `once` takes `lastRunAt` as its consumed state (seeds), written when it fires, before
+    its program starts (`firing`), so the rollup of a trigger of `kind` once writes every
+    field but that one: a run by hand leaves a pending shot to fire at its `at` (on whichever
+    device holds it, after any restart), and a run that ends after the record was armed
+    again (a new `at`) does not consume the new shot.
     """
     if row.status == RunStatus.OK:
         failures = 0
@@ -170,7 +172,7 @@ def rollup(
         RollupField.CONSECUTIVE_FAILURES: failures,
         RollupField.LAST_RUN_REF: row.run_id,
     }
-    if kind == Kind.ONCE and row.scheduled_at is None:
+    if kind == Kind.ONCE:
         del fields[RollupField.LAST_RUN_AT]
     tripped = armed and limit > 0 and failures >= limit
     if tripped:

@@ -35,8 +35,10 @@ from anyrtd.places import Places, resolve_places
 from anyrtd.reconcile import Adopt, Context, EntryView, Refresh, reconcile
 from anyrtd.records import RecordCache
 from anyrtd.registry import Entry, Registry, new_row, next_fire
+from anyrtd.rows import RunRow
+from anyrtd.runs import rollup
 from anyrtd.unit import Unit
-from anyrtd.vocab import Verdict
+from anyrtd.vocab import Kind, RunStatus, Verdict
 
 T = TypeVar("T")
 MARK = ('[programs."test:mark@v1"]', 'argv = ["/bin/sh", "-c", "echo fired"]')
@@ -392,3 +394,22 @@ def test_a_restart_holds_a_consumption_the_server_took_but_did_not_show_back() -
     # A rewrite after that, without lastRunAt, re-arms the shot.
     records.put({**stale, "_v": 5})
     assert armed() == T0 - 60
+
+
+def test_the_rollup_of_a_once_never_writes_last_run_at() -> None:
+    """A once's `lastRunAt` is written when it fires, not by a run's rollup: a manual run
+    leaves a pending shot armed, and a run ending after a new `at` leaves the new shot."""
+    for kind, scheduled, written in (
+        (Kind.ONCE, None, False),
+        (Kind.ONCE, T0, False),
+        (Kind.CRON, None, True),
+        (Kind.CRON, T0, True),
+    ):
+        row = RunRow(
+            run_id="r", trigger_id="t", program="a:b@v1", device="me",
+            scheduled_at=scheduled, started_at=T0 + 1,
+        )  # fmt: skip
+        row.status, row.duration_ms = RunStatus.OK, 5
+        write = rollup(row, failures=0, run_count=0, limit=3, armed=True, kind=kind)
+        assert ("lastRunAt" in write.fields) is written, (kind, scheduled)
+        assert write.fields["runCount"] == 1 and write.fields["lastRunRef"] == "r"
