@@ -3,8 +3,9 @@
 A run is prepared in the step's unit of work (the run row as `running`, a `once` as
 consumed), committed, and only then started: a crash never fires a `once` twice, and a run
 a crash left `running` is closed as `interrupted` at the next start
-(`close_interrupted`). The outcome goes to the mirror, and the run record and the
-trigger's rollup to the outbox.
+(`close_interrupted`). The record's `startedAt` is the moment the program really started,
+noted by the runner; the fire lag is measured to it. The outcome goes to the mirror, and
+the run record and the trigger's rollup to the outbox.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from anyrtd.records import RecordCache
 from anyrtd.registry import Entry, Registry
 from anyrtd.rows import RunRow
 from anyrtd.runner import Runner
-from anyrtd.runs import rollup
+from anyrtd.runs import duration_ms, rollup
 from anyrtd.unit import Unit
 from anyrtd.vocab import Kind, RollupField, RunStatus, Verdict
 
@@ -143,7 +144,6 @@ class Firing:
                 entry.row.next_fire = None
                 self.unit.save(entry.row)
                 self.unit.write_trigger(defn.id, {"enabled": False, RollupField.LAST_RUN_AT: now})
-            self.stats.fire_lag.observe(max(0.0, now - due))
         self.stats.fires += 1
         row = RunRow(
             run_id=new_run_id(),
@@ -181,7 +181,7 @@ class Firing:
             device=row.device,
         )
         try:
-            outcome = await self.runner.run(request)
+            outcome = await self.runner.run(request, on_start=lambda at: self._started(row, at))
         finally:
             entry.running -= 1
         self.record_outcome(row, outcome, entry=self.registry.get(entry.id))
@@ -195,6 +195,12 @@ class Firing:
             extra={"trigger": row.trigger_id, "run": row.run_id},
         )
 
+    def _started(self, row: RunRow, at: float) -> None:
+        """Note the moment a run's program really started: its `startedAt`, and its fire lag."""
+        row.started_at = at
+        if row.scheduled_at is not None:
+            self.stats.fire_lag.observe(max(0.0, at - row.scheduled_at))
+
     # ending
 
     def close_interrupted(self, rows: Iterable[RunRow], now: float) -> None:
@@ -205,8 +211,8 @@ class Firing:
                 error_type=None,
                 error="the daemon stopped while the run was in flight",
                 started_at=row.started_at,
-                ended_at=now,
-                duration_ms=int(max(0.0, now - row.started_at) * 1000),
+                ended_at=max(now, row.started_at),
+                duration_ms=duration_ms(row.started_at, now),
                 result={},
                 output=row.output,
                 output_dropped=row.output_dropped,
@@ -223,6 +229,7 @@ class Firing:
     def record_outcome(self, row: RunRow, outcome: RunOutcome, entry: Entry | None) -> None:
         """Close a run: its summary in the mirror, its record and the rollup in the outbox."""
         row.status = outcome.status
+        row.started_at = outcome.started_at
         row.ended_at = outcome.ended_at
         row.duration_ms = outcome.duration_ms
         row.error_type = outcome.error_type

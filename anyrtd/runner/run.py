@@ -16,7 +16,7 @@ import json
 import logging
 import os
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -35,7 +35,7 @@ from anyrtd.runner.process import (
     start_in_group,
 )
 from anyrtd.runner.resolve import Program, ProgramTable
-from anyrtd.runs import REPLACED, normalize_result, one_line, valid_text
+from anyrtd.runs import REPLACED, duration_ms, normalize_result, one_line, valid_text
 from anyrtd.vocab import RunStatus
 
 log = logging.getLogger("anyrtd.runner")
@@ -48,10 +48,26 @@ _DRAIN_WAIT_S = 2.0
 class _Flight:
     """An in-flight run: the stop signal (budget or interrupt) and completion."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, budget_s: float) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        budget_s: float,
+        clock: Clock,
+        on_start: Callable[[float], None] | None,
+    ) -> None:
         self.budget_s = budget_s
         self.stop: asyncio.Future[str] = loop.create_future()
         self.done = asyncio.Event()
+        self.started_at: float | None = None
+        self._clock = clock
+        self._on_start = on_start
+
+    def start(self) -> None:
+        """Note that the program starts now: called just before the in-process call, or
+        just before the command's process is spawned."""
+        self.started_at = self._clock.now()
+        if self._on_start is not None:
+            self._on_start(self.started_at)
 
     def signal(self, why: str) -> None:
         if not self.stop.done():
@@ -141,13 +157,19 @@ class Runner:
 
     # running
 
-    async def run(self, req: RunRequest) -> RunOutcome:
-        """Run one program to its end, under the budget; never raise for what the program does."""
+    async def run(
+        self, req: RunRequest, on_start: Callable[[float], None] | None = None
+    ) -> RunOutcome:
+        """Run one program to its end, under the budget; never raise for what the program does.
+
+        The outcome's `started_at` is when the program was really started (the in-process
+        call, or the command's spawn), and `on_start` is called with it at that moment; a
+        program that never started (not installed, cannot be spawned) has the time the
+        runner gave up. `duration_ms` is `ended_at - started_at`.
+        """
         clock = self._clock
-        started_at = clock.now()
-        t0 = clock.monotonic()
         capture = Capture(self._output_cap)
-        flight = _Flight(asyncio.get_running_loop(), self._timeout_s)
+        flight = _Flight(asyncio.get_running_loop(), self._timeout_s, clock, on_start)
         self._flights.add(flight)
         try:
             ended = await self._execute(req, capture, flight)
@@ -163,6 +185,8 @@ class Runner:
             self._flights.discard(flight)
             flight.done.set()
         ended_at = clock.now()
+        started_at = flight.started_at if flight.started_at is not None else ended_at
+        ended_at = max(ended_at, started_at)
         error_type, error = _valid_or_none(ended.error_type), _valid_or_none(ended.error)
         if error_type != ended.error_type or error != ended.error:
             capture.add_line(f"anyrtd: the run's error: {REPLACED}")
@@ -171,8 +195,8 @@ class Runner:
             error_type=error_type,
             error=error,
             started_at=started_at,
-            ended_at=max(ended_at, started_at),
-            duration_ms=max(0, round((clock.monotonic() - t0) * 1000)),
+            ended_at=ended_at,
+            duration_ms=duration_ms(started_at, ended_at),
             result=ended.result,
             output=capture.text(),
             output_dropped=capture.dropped,
@@ -239,6 +263,7 @@ class Runner:
         args = copy.deepcopy(dict(req.args))
 
         async def call() -> Mapping[str, Any] | None:
+            flight.start()
             value = main(args, ctx)
             if not inspect.isawaitable(value):
                 raise TypeError(
@@ -308,10 +333,10 @@ class Runner:
         flight: _Flight,
     ) -> _Ended:
         payload = json.dumps(dict(req.args), default=str).encode() + b"\n"
+        env = self._command_env(cmd, req)
         try:
-            proc, out_r, err_r = await start_in_group(
-                cmd.argv, cwd=cmd.cwd, env=self._command_env(cmd, req)
-            )
+            flight.start()  # the spawn happens in the call below, before its first await
+            proc, out_r, err_r = await start_in_group(cmd.argv, cwd=cmd.cwd, env=env)
         except (OSError, ValueError) as exc:  # ValueError: a NUL byte in argv or env
             reason = getattr(exc, "strerror", None) or str(exc)
             return _Ended(
