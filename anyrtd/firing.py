@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
 from anyrtd.clock import Clock
@@ -70,7 +70,12 @@ class Firing:
     # firing
 
     async def fire_due(self, now: float, device: str | None, verdict: str) -> list[str]:
-        """Fire every entry due at or before `now`; return the run ids started."""
+        """Fire every entry due at or before `now`; return the run ids started.
+
+        The batch's runs are prepared and committed together, then every program is started
+        before anything else is done for any of them: in-process programs all begin at the
+        loop's next turn, and the batch's log lines are written after that.
+        """
         due = self.registry.pop_due(now)
         if not due:
             return []
@@ -80,8 +85,15 @@ class Firing:
             if (s := self.prepare(entry, at, now, device, verdict)) is not None
         ]
         await self.unit.commit(now)
-        for entry, row, args in starts:
-            self.spawn(entry, row, args)
+        runs = [
+            self.runner.start(self._request(row, args), self._on_start(row))
+            for _, row, args in starts
+        ]
+        for (entry, row, _), ended in zip(starts, runs, strict=True):
+            self._track(entry, row, ended)
+        await asyncio.sleep(0)  # the programs' turn comes first
+        for entry, row, _ in starts:
+            self._log_firing(entry, row)
         return [row.run_id for _, row, _ in starts]
 
     async def run_now(self, trigger_id: str, device: str | None, verdict: str) -> str | None:
@@ -154,25 +166,17 @@ class Firing:
             started_at=now,
         )
         self.unit.save_run(row)
-        log.info(
-            "firing %s (%s)%s",
-            defn.id,
-            defn.program,
-            "" if due is not None else " by hand",
-            extra={"trigger": defn.id, "run": row.run_id},
-        )
         return entry, row, dict(defn.args)
 
     def spawn(self, entry: Entry, row: RunRow, args: dict[str, Any]) -> asyncio.Task[None]:
         """Start a prepared run's program; return its task."""
-        entry.running += 1
-        task = asyncio.create_task(self._run(entry, row, args), name=f"run-{row.run_id}")
-        self.in_flight.add(task)
-        task.add_done_callback(self.in_flight.discard)
+        ended = self.runner.start(self._request(row, args), self._on_start(row))
+        task = self._track(entry, row, ended)
+        self._log_firing(entry, row)
         return task
 
-    async def _run(self, entry: Entry, row: RunRow, args: dict[str, Any]) -> None:
-        request = RunRequest(
+    def _request(self, row: RunRow, args: dict[str, Any]) -> RunRequest:
+        return RunRequest(
             run_id=row.run_id,
             trigger_id=row.trigger_id,
             program=row.program,
@@ -180,8 +184,32 @@ class Firing:
             scheduled_at=row.scheduled_at,
             device=row.device,
         )
+
+    def _on_start(self, row: RunRow) -> Callable[[float], None]:
+        return lambda at: self._started(row, at)
+
+    def _log_firing(self, entry: Entry, row: RunRow) -> None:
+        log.info(
+            "firing %s (%s)%s",
+            entry.id,
+            row.program,
+            "" if row.scheduled_at is not None else " by hand",
+            extra={"trigger": entry.id, "run": row.run_id},
+        )
+
+    def _track(
+        self, entry: Entry, row: RunRow, ended: Coroutine[Any, Any, RunOutcome]
+    ) -> asyncio.Task[None]:
+        """Await a started run to its end in a task of its own, then record it."""
+        entry.running += 1
+        task = asyncio.create_task(self._run(entry, row, ended), name=f"run-{row.run_id}")
+        self.in_flight.add(task)
+        task.add_done_callback(self.in_flight.discard)
+        return task
+
+    async def _run(self, entry: Entry, row: RunRow, ended: Coroutine[Any, Any, RunOutcome]) -> None:
         try:
-            outcome = await self.runner.run(request, on_start=lambda at: self._started(row, at))
+            outcome = await ended
         finally:
             entry.running -= 1
         self.record_outcome(row, outcome, entry=self.registry.get(entry.id))

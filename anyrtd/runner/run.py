@@ -16,7 +16,7 @@ import json
 import logging
 import os
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -167,12 +167,45 @@ class Runner:
         program that never started (not installed, cannot be spawned) has the time the
         runner gave up. `duration_ms` is `ended_at - started_at`.
         """
-        clock = self._clock
+        return await self.start(req, on_start)
+
+    def start(
+        self, req: RunRequest, on_start: Callable[[float], None] | None = None
+    ) -> Coroutine[Any, Any, RunOutcome]:
+        """Start one run now; return the coroutine that runs it to its end (as `run` does).
+
+        An in-process program's call is created here as a task of its own, so runs started
+        together begin at the loop's next turn, in the order started, each for the cost of
+        creating its task; the budget and the rest of the run follow in the coroutine. A
+        command is spawned when the coroutine first runs, each in the task that awaits it,
+        none waiting for another. The coroutine must be awaited.
+        """
         capture = Capture(self._output_cap)
-        flight = _Flight(asyncio.get_running_loop(), self._timeout_s, clock, on_start)
+        flight = _Flight(asyncio.get_running_loop(), self._timeout_s, self._clock, on_start)
         self._flights.add(flight)
+        launched: tuple[Program | None, asyncio.Task[Any] | None] | Exception
         try:
-            ended = await self._execute(req, capture, flight)
+            program = self.resolve(req.program)
+            call = None
+            if program is not None and program.main is not None:
+                call = self._call(program.main, req, capture, flight)
+            launched = (program, call)
+        except Exception as exc:  # a bug of the runner itself: reported by the coroutine
+            launched = exc
+        return self._finish(req, launched, capture, flight)
+
+    async def _finish(
+        self,
+        req: RunRequest,
+        launched: tuple[Program | None, asyncio.Task[Any] | None] | Exception,
+        capture: Capture,
+        flight: _Flight,
+    ) -> RunOutcome:
+        clock = self._clock
+        try:
+            if isinstance(launched, Exception):
+                raise launched
+            ended = await self._execute(req, *launched, capture, flight)
         except Exception as exc:  # a bug of the runner itself must still end the run
             log.exception("run %s: the runner failed", req.run_id)
             capture.add_line("".join(traceback.format_exception(exc)))
@@ -209,8 +242,14 @@ class Runner:
             flight.signal("interrupt")
         await asyncio.gather(*(f.done.wait() for f in flights))
 
-    async def _execute(self, req: RunRequest, capture: Capture, flight: _Flight) -> _Ended:
-        program = self.resolve(req.program)
+    async def _execute(
+        self,
+        req: RunRequest,
+        program: Program | None,
+        call: asyncio.Task[Any] | None,
+        capture: Capture,
+        flight: _Flight,
+    ) -> _Ended:
         if program is None:
             return _Ended(
                 RunStatus.FAILED, "ProgramNotFound", self._programs.not_found(req.program)
@@ -219,8 +258,8 @@ class Runner:
         try:
             if program.command is not None:
                 return await self._run_command(program, program.command, req, capture, flight)
-            assert program.main is not None
-            return await self._run_in_process(program.main, req, capture, flight)
+            assert call is not None
+            return await self._run_in_process(call, req, capture, flight)
         finally:
             budget.cancel()
 
@@ -245,9 +284,11 @@ class Runner:
         logger.addHandler(RunLogHandler(capture))
         return logger
 
-    async def _run_in_process(
+    def _call(
         self, main: ProgramFn, req: RunRequest, capture: Capture, flight: _Flight
-    ) -> _Ended:
+    ) -> asyncio.Task[Any]:
+        """Create the task that calls an in-process program (it starts at the loop's next
+        turn)."""
         ctx = ProgramContext(
             run_id=req.run_id,
             trigger_id=req.trigger_id,
@@ -272,7 +313,11 @@ class Runner:
                 )
             return await value
 
-        task = asyncio.create_task(call(), name=f"anyrtd-run-{req.run_id}")
+        return asyncio.create_task(call(), name=f"anyrtd-run-{req.run_id}")
+
+    async def _run_in_process(
+        self, task: asyncio.Task[Any], req: RunRequest, capture: Capture, flight: _Flight
+    ) -> _Ended:
         stopped: str | None = None
         try:
             await asyncio.wait(_futures(task, flight.stop), return_when=asyncio.FIRST_COMPLETED)
