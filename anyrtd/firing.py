@@ -11,9 +11,11 @@ the run record and the trigger's rollup to the outbox.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import logging
 import uuid
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from typing import Any
 
 from anyrtd.clock import Clock
@@ -33,6 +35,18 @@ log = logging.getLogger("anyrtd.daemon")
 
 Start = tuple[Entry, RunRow, dict[str, Any]]
 """A prepared run: the entry it fires, its open row, and the program's args."""
+
+
+@contextlib.contextmanager
+def _collector_held() -> Iterator[None]:
+    """Hold the cyclic garbage collector for a stretch of work without an await."""
+    held = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if held:
+            gc.enable()
 
 
 def new_run_id() -> str:
@@ -74,23 +88,27 @@ class Firing:
 
         The batch's runs are prepared and committed together, then every program is started
         before anything else is done for any of them: in-process programs all begin at the
-        loop's next turn, and the batch's log lines are written after that.
+        loop's next turn, and the batch's log lines are written after that. The garbage
+        collector waits while a batch is prepared and while it is started: a full collection
+        in the middle of a burst would hold up every program after it.
         """
         due = self.registry.pop_due(now)
         if not due:
             return []
-        starts = [
-            s
-            for entry, at in due
-            if (s := self.prepare(entry, at, now, device, verdict)) is not None
-        ]
+        with _collector_held():
+            starts = [
+                s
+                for entry, at in due
+                if (s := self.prepare(entry, at, now, device, verdict)) is not None
+            ]
         await self.unit.commit(now)
-        runs = [
-            self.runner.start(self._request(row, args), self._on_start(row))
-            for _, row, args in starts
-        ]
-        for (entry, row, _), ended in zip(starts, runs, strict=True):
-            self._track(entry, row, ended)
+        with _collector_held():
+            runs = [
+                self.runner.start(self._request(row, args), self._on_start(row))
+                for _, row, args in starts
+            ]
+            for (entry, row, _), ended in zip(starts, runs, strict=True):
+                self._track(entry, row, ended)
         await asyncio.sleep(0)  # the programs' turn comes first
         for entry, row, _ in starts:
             self._log_firing(entry, row)
