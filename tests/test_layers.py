@@ -23,7 +23,9 @@ FLOW: tuple[tuple[str, ...], ...] = (
     ("anyrtd.model",),
     ("anyrtd.records",),
     ("anyrtd.rows",),
+    ("anyrtd.mirror_guard",),
     ("anyrtd.mirror",),
+    ("anyrtd.claims",),
     ("anyrtd.reconcile",),
     ("anyrtd.registry",),
     # ─▶ runner (programs) ─▶ outbox
