@@ -26,7 +26,7 @@ from anyrtd.daemon import Daemon
 from anyrtd.program import ProgramContext
 from anyrtd.runner import Runner
 
-HOLD_S = 0.5
+HOLD_S = 1.0
 ROUNDING_S = 0.0005
 """A record carries its times to the millisecond: `startedAt` may be rounded up by this."""
 NOTE_TIME = "import json, time; print(json.dumps({'title': repr(time.time())}))"
@@ -48,7 +48,7 @@ async def test_a_run_record_says_when_its_program_really_started(
         clock=SystemClock(),
         agent_name="bao",
         space="bao",
-        commands={"test:stamp@v1": CommandProgram(argv=(sys.executable, "-c", NOTE_TIME))},
+        commands={"test:stamp@v1": CommandProgram(argv=(sys.executable, "-S", "-c", NOTE_TIME))},
         extra_builtins={"test:hold@v1": hold},
     )
     config = Config(server=devserver.url, state_dir=tmp_path / "state", tick_s=0.2)
@@ -78,7 +78,7 @@ async def test_a_run_record_says_when_its_program_really_started(
         )
 
         async def recorded() -> list[dict[str, Any]] | None:
-            runs = await user.query_all(places.runs)
+            runs = [r for r in await user.query_all(places.runs) if r["triggerId"] in ids]
             return runs if len(runs) == len(ids) else None
 
         runs = await async_wait_until(recorded, timeout=30.0, what="three run records")
