@@ -109,9 +109,11 @@ class Firing:
             ]
             for (entry, row, _), ended in zip(starts, runs, strict=True):
                 self._track(entry, row, ended)
-        await asyncio.sleep(0)  # the programs' turn comes first
-        for entry, row, _ in starts:
-            self._log_firing(entry, row)
+        try:
+            await asyncio.sleep(0)  # the programs' turn comes first
+        finally:
+            for entry, row, _ in starts:
+                self._log_firing(entry, row)
         return [row.run_id for _, row, _ in starts]
 
     async def run_now(self, trigger_id: str, device: str | None, verdict: str) -> str | None:

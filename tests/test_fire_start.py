@@ -11,12 +11,14 @@ but at the real start would be off by at least `HOLD_S`.
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import pytest
 from support import async_wait_until
 
 from anyrtd.client import ServerClient, Upsert
@@ -102,6 +104,65 @@ async def test_a_run_record_says_when_its_program_really_started(
         assert len(observed) == len(ids)
         for seen, claimed in zip(observed, lags, strict=True):
             assert abs(seen - claimed) <= 2 * ROUNDING_S, (observed, lags)
+    finally:
+        await daemon.stop()
+        await user.aclose()
+
+
+BURST = 20
+
+
+async def test_a_due_batch_starts_every_program_before_any_runs_other_work(
+    devserver: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="anyrtd.daemon")
+    # What each program saw when called: the batch's budget timers and "firing" lines so far.
+    seen: list[tuple[int, int]] = []
+    done = asyncio.Event()
+
+    async def note(args: Mapping[str, Any], ctx: ProgramContext) -> None:
+        budgets = sum(
+            1 for t in asyncio.all_tasks() if t.get_coro().__qualname__ == "Runner._budget"
+        )
+        firing = sum(1 for r in caplog.records if r.getMessage().startswith("firing "))
+        seen.append((budgets, firing))
+        if len(seen) == BURST:
+            done.set()
+
+    client = ServerClient(devserver.url)
+    runner = Runner(
+        client=client,
+        clock=SystemClock(),
+        agent_name="bao",
+        space="bao",
+        commands={},
+        extra_builtins={"test:note@v1": note},
+    )
+    config = Config(server=devserver.url, state_dir=tmp_path / "state", tick_s=0.2)
+    daemon = Daemon(config, client=client, runner=runner)
+    user = ServerClient(devserver.url)
+    try:
+        await daemon.start()
+        places = await async_wait_until(
+            lambda: asyncio.sleep(0, daemon.places), what="the daemon to resolve"
+        )
+        at = time.time() + 2.0
+        fields = {"kind": "once", "spec": {"at": at}, "program": "test:note@v1"}
+        await user.upsert(
+            places.triggers,
+            [Upsert(f"n{i:02d}", {**fields, "owner": daemon.peer_id}) for i in range(BURST)],
+        )
+        async with asyncio.timeout(30):
+            await done.wait()
+        # Every program of the batch began before any run of it had its budget timer or
+        # its log line: starting them cost only the creation of their tasks.
+        assert seen == [(0, 0)] * BURST
+        await async_wait_until(
+            lambda: asyncio.sleep(
+                0, sum(r.getMessage().startswith("firing ") for r in caplog.records) == BURST
+            ),
+            what="the batch's log lines",
+        )
     finally:
         await daemon.stop()
         await user.aclose()
