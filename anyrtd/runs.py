@@ -110,6 +110,12 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def duration_ms(started_at: float, ended_at: float) -> int:
+    """Return a run's `durationMs`: `endedAt - startedAt` of its record, which carries both
+    to the millisecond, so that the three fields always agree."""
+    return max(0, round((round(ended_at, 3) - round(started_at, 3)) * 1000))
+
+
 def run_record(row: RunRow) -> dict[str, Any]:
     """Return the `agent_runs` record of a run: the seeds' fields, `scheduledAt` and `fuel`."""
     result = row.result
