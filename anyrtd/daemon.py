@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, cast
 
-from anyrtd import standing
+from anyrtd import history, standing
 from anyrtd.apply import Apply
 from anyrtd.chat import CHAT_WATCH_PROGRAM, ChatWatch
 from anyrtd.client import Dataset, ServerClient, ServerError, ServerUnavailable, Upsert
@@ -425,6 +425,9 @@ class Daemon:
             lambda m: m.runs(trigger_id=trigger_id, status=status, limit=limit)
         )
         return cast(list[RunRow], rows)
+
+    async def trigger_runs(self, tid: str, /, **query: Any) -> history.RunHistory:
+        return await history.trigger_runs(self.client, self.places, self.db_call, tid, **query)
 
     async def run(self, run_id: str) -> RunRow | None:
         return cast(RunRow | None, await self.db_call(lambda m: m.run(run_id)))

@@ -97,6 +97,13 @@ class RollupField(StrEnum):
     LAST_RUN_REF = "lastRunRef"
 
 
+class HistorySource(StrEnum):
+    """Where a trigger's run history was read (the control API's `X-Anyrtd-Source`)."""
+
+    SERVER = "server"
+    MIRROR = "mirror"
+
+
 STAMP_PREFIX = "anyrt-"
 _STAMP = re.compile(r"anyrt-[0-9]+", re.ASCII)
 

@@ -786,6 +786,9 @@ def triggers_run(
 @click.option("--yes", "-y", is_flag=True, help="Do not ask.")
 def triggers_delete(config: Config, trigger_id: str, yes: bool) -> None:
     """Delete a trigger record (its id stays tombstoned: it cannot be reused)."""
+    from anyrtd.control.writes import check_deletable
+
+    check_deletable(trigger_id)  # before the question: the answer would not matter
     if not yes:
         click.confirm(
             f"delete {trigger_id}? its id cannot be reused afterwards", abort=True, err=True

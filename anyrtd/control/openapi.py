@@ -28,7 +28,8 @@ def _errors(*statuses: int) -> dict[str, Any]:
         401: "A bearer token is required (TCP listener with token_file).",
         403: "Refused: the Host is not loopback, or a cross-site write.",
         404: "No such trigger or run.",
-        409: "The trigger is not in this device's registry.",
+        409: "The trigger is not in this device's registry (run), or the change is to a "
+        "standing built-in's code-owned definition (PATCH).",
         415: "A body that is not JSON.",
         502: "The any server refused the write.",
         503: "The any server is not reachable; nothing was written.",
@@ -235,7 +236,7 @@ def _paths() -> dict[str, Any]:
             "patch": {
                 **_trigger_op(
                     "Change spec and/or enabled; a new spec re-arms forward. Writes through.",
-                    errors=write_errors,
+                    errors=(*write_errors, 409),
                 ),
                 "requestBody": {
                     "required": True,
