@@ -201,6 +201,7 @@ class Daemon:
             asyncio.create_task(self._loop(self._timer_loop), name="anyrtd-timer"),
             asyncio.create_task(self._loop(self._sync_loop), name="anyrtd-sync"),
             asyncio.create_task(self._loop(self._outbox_loop), name="anyrtd-outbox"),
+            asyncio.create_task(self._loop(self._spaces_loop), name="anyrtd-spaces"),
         ]
         if self.gate.poll_interval_s is not None:
             self._tasks.append(
@@ -389,6 +390,9 @@ class Daemon:
         if not self.sync_stage.resolved or not self.sync_stage.feed_available:
             await asyncio.sleep(self.config.tick_s)
 
+    async def _spaces_loop(self) -> None:
+        await self.role.follow_spaces(wait=self.config.tick_s)
+
     async def _election_loop(self) -> None:
         await asyncio.sleep(self.gate.poll_interval_s or 60.0)
         before = self.gate.verdict
@@ -418,13 +422,8 @@ class Daemon:
         raw = None if isinstance(parsed, TriggerDef) else self.records.raw(trigger_id)
         return TriggerFacts(trigger_id, entry, parsed, raw, self.peer_id, self.clock.now())
 
-    async def runs(
-        self, *, trigger_id: str | None = None, status: str | None = None, limit: int = 50
-    ) -> Sequence[RunRow]:
-        rows = await self.db_call(
-            lambda m: m.runs(trigger_id=trigger_id, status=status, limit=limit)
-        )
-        return cast(list[RunRow], rows)
+    async def runs(self, **query: Any) -> Sequence[RunRow]:
+        return cast(list[RunRow], await self.db_call(lambda m: m.runs(**query)))
 
     async def trigger_runs(self, tid: str, /, **query: Any) -> history.RunHistory:
         return await history.trigger_runs(self.client, self.places, self.db_call, tid, **query)

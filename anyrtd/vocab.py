@@ -104,6 +104,10 @@ class HistorySource(StrEnum):
     MIRROR = "mirror"
 
 
+SOURCE_HEADER = "X-Anyrtd-Source"
+"""The control API's header that says where a list of runs was read (a `HistorySource`)."""
+
+
 STAMP_PREFIX = "anyrt-"
 _STAMP = re.compile(r"anyrt-[0-9]+", re.ASCII)
 

@@ -255,3 +255,71 @@ async def test_a_message_reaches_its_program_within_a_second(
     finally:
         await daemon.stop()
         await user.aclose()
+
+
+async def test_a_trigger_on_another_spaces_chat_follows_that_spaces_feed(
+    devserver_factory: Callable[..., Any], tmp_path: Path
+) -> None:
+    # One devserver file holding two spaces: `team` made by a first start, `bao` by the second.
+    first = devserver_factory(space="team")
+    first.stop()
+    server = devserver_factory(db=first.db)
+    seen: list[dict[str, Any]] = []
+
+    async def program(args: Any, ctx: Any) -> None:
+        seen.append(dict(args["event"]))
+
+    client = ServerClient(server.url)
+    runner = Runner(
+        client=client,
+        clock=SystemClock(),
+        agent_name="bao",
+        space="bao",
+        commands={},
+        extra_builtins={"test:mark@v1": program},
+    )
+    config = Config(server=server.url, state_dir=tmp_path / "state", tick_s=0.2)
+    daemon = Daemon(config, client=client, runner=runner)
+    user = ServerClient(server.url)
+    try:
+        await daemon.start()
+        places = await async_wait_until(
+            lambda: asyncio.sleep(0, daemon.places), what="the daemon to resolve"
+        )
+        elsewhere = await user.child("team", "bao/v1", "bao/chat/general")
+        home = await user.child("bao", "bao/v1", "bao/chat/general")
+        fields = {
+            "kind": "event",
+            "spec": {"dataset": "chat_messages", "objectId": elsewhere, "spaceId": "team"},
+            "program": "test:mark@v1",
+            "owner": daemon.peer_id,
+        }
+        await user.upsert(places.triggers, [Upsert("team-chat", fields)])
+        await async_wait_until(
+            lambda: asyncio.sleep(0, "team" in daemon.role.live.heads),
+            what="the other space's feed to be followed",
+        )
+        facts = daemon.trigger("team-chat")
+        assert facts is not None and facts.entry is not None and facts.entry.row.marker is None
+        # A message in the agent space's chat does not fire it.
+        await user.upsert(
+            Dataset("bao", home, "chat_messages"),
+            [Upsert("m-home", {"text": "at home", "author": "ana", "createdAt": time.time()})],
+        )
+        await user.upsert(
+            Dataset("team", elsewhere, "chat_messages"),
+            [Upsert("m-team", {"text": "over here", "author": "ana", "createdAt": time.time()})],
+        )
+        await async_wait_until(lambda: asyncio.sleep(0, seen), what="the trigger to fire")
+        assert seen == [
+            {"space": "team", "objectId": elsewhere, "messageId": "m-team", "text": "over here"}
+        ]
+        # Disabled, the trigger's space is no longer followed.
+        await user.upsert(places.triggers, [Upsert("team-chat", {"enabled": False})])
+        await async_wait_until(
+            lambda: asyncio.sleep(0, "team" not in daemon.role.cursors),
+            what="the other space to be let go",
+        )
+    finally:
+        await daemon.stop()
+        await user.aclose()

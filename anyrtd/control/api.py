@@ -40,7 +40,7 @@ from anyrtd.history import RunHistory
 from anyrtd.model import TriggerDef, spec_error
 from anyrtd.port import Port, TriggerFacts
 from anyrtd.standing import code_owned
-from anyrtd.vocab import HistorySource, Kind, LastStatus, RollupField, RunStatus
+from anyrtd.vocab import SOURCE_HEADER, HistorySource, Kind, LastStatus, RollupField, RunStatus
 
 PORT = web.AppKey("port", Port)
 LIST_CACHE = web.AppKey("list_cache", ListCache)
@@ -50,8 +50,6 @@ TRIGGER_RUNS = 20
 DEFAULT_RUNS_LIMIT = 50
 MAX_RUNS_LIMIT = 1000
 PATCHABLE = ("spec", "enabled")
-SOURCE_HEADER = "X-Anyrtd-Source"
-"""The header that says where a list of runs was read: `server` or `mirror`."""
 
 
 class BadRequest(Exception):
