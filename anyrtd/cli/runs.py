@@ -73,16 +73,16 @@ def runs_list(
         if note is not None and source == HistorySource.MIRROR:
             click.echo(note, err=True)
         return
-    if note is not None:
-        click.echo(note)
     click.echo(runs_table(items, time.time()) if items else "no runs")
+    if note is not None:
+        click.echo(f"({note})")  # after the table, whose first line stays its header
 
 
 def source_note(source: str | None) -> str:
     """Return the line that says where a trigger's runs were read."""
     if source == HistorySource.SERVER:
-        return "runs on every device (the server's agent_runs):"
-    return "runs on this device only (the server is not reachable; from the mirror):"
+        return "runs on every device (the server's agent_runs)"
+    return "runs on this device only (the server is not reachable; from the mirror)"
 
 
 def print_run(run: Mapping[str, Any]) -> None:

@@ -203,7 +203,7 @@ def triggers_show(config: Config, trigger_id: str, as_json: bool) -> None:
     for at in fires[1:]:
         click.echo(f"{''.ljust(width)} {fmt.when(at, now)}")
     click.echo("")
-    click.echo("recent " + source_note(source))
+    click.echo(f"recent {source_note(source)}:")
     click.echo(runs_table(runs[:10], now) if runs else "none yet")
 
 
