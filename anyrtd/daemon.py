@@ -201,7 +201,7 @@ class Daemon:
             asyncio.create_task(self._loop(self._timer_loop), name="anyrtd-timer"),
             asyncio.create_task(self._loop(self._sync_loop), name="anyrtd-sync"),
             asyncio.create_task(self._loop(self._outbox_loop), name="anyrtd-outbox"),
-            asyncio.create_task(self._loop(self._spaces_loop), name="anyrtd-spaces"),
+            asyncio.create_task(self._loop(self.role.follow_spaces), name="anyrtd-spaces"),
         ]
         if self.gate.poll_interval_s is not None:
             self._tasks.append(
@@ -392,9 +392,6 @@ class Daemon:
             return
         if not self.sync_stage.resolved or not self.sync_stage.feed_available:
             await asyncio.sleep(self.config.tick_s)
-
-    async def _spaces_loop(self) -> None:
-        await self.role.follow_spaces(wait=self.config.tick_s)
 
     async def _election_loop(self) -> None:
         await asyncio.sleep(self.gate.poll_interval_s or 60.0)

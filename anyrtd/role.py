@@ -31,6 +31,12 @@ from anyrtd.vocab import Kind, Verdict
 
 log = logging.getLogger("anyrtd.daemon")
 
+FOLLOW_WAIT_S = 5.0
+"""How long one long-poll of another space's feed waits: a space an event trigger starts
+naming meanwhile is followed from the next poll."""
+FOLLOW_IDLE_S = 1.0
+"""How often the spaces loop looks for a space to follow while no event trigger names one."""
+
 
 class Role:
     """What this device does while it is active, and gives up when it is not."""
@@ -191,7 +197,7 @@ class Role:
         if page is not None:
             self.live.heads.setdefault(space, page.seq)
 
-    async def follow_spaces(self, wait: float) -> None:
+    async def follow_spaces(self, wait: float = FOLLOW_WAIT_S) -> None:
         """Take one step of following the change feeds of the other spaces this device's event
         triggers name (`spec.spaceId`), long-polling each up to `wait` s; the agent space's
         feed is the sync loop's."""
@@ -211,7 +217,7 @@ class Role:
             del self.cursors[gone]
             self.live.heads.pop(gone, None)
         if not spaces:
-            await asyncio.sleep(wait)
+            await asyncio.sleep(min(wait, FOLLOW_IDLE_S))
             return
         await asyncio.gather(*(self._follow(space, wait) for space in sorted(spaces)))
 

@@ -297,6 +297,7 @@ async def test_a_trigger_on_another_spaces_chat_follows_that_spaces_feed(
         await user.upsert(places.triggers, [Upsert("team-chat", fields)])
         await async_wait_until(
             lambda: asyncio.sleep(0, "team" in daemon.role.live.heads),
+            timeout=30,
             what="the other space's feed to be followed",
         )
         facts = daemon.trigger("team-chat")
@@ -310,7 +311,9 @@ async def test_a_trigger_on_another_spaces_chat_follows_that_spaces_feed(
             Dataset("team", elsewhere, "chat_messages"),
             [Upsert("m-team", {"text": "over here", "author": "ana", "createdAt": time.time()})],
         )
-        await async_wait_until(lambda: asyncio.sleep(0, seen), what="the trigger to fire")
+        await async_wait_until(
+            lambda: asyncio.sleep(0, seen), timeout=30, what="the trigger to fire"
+        )
         assert seen == [
             {"space": "team", "objectId": elsewhere, "messageId": "m-team", "text": "over here"}
         ]
@@ -318,6 +321,7 @@ async def test_a_trigger_on_another_spaces_chat_follows_that_spaces_feed(
         await user.upsert(places.triggers, [Upsert("team-chat", {"enabled": False})])
         await async_wait_until(
             lambda: asyncio.sleep(0, "team" not in daemon.role.cursors),
+            timeout=30,
             what="the other space to be let go",
         )
     finally:
