@@ -34,6 +34,7 @@ log = logging.getLogger("anyrtd.daemon")
 FOLLOW_WAIT_S = 5.0
 """How long one long-poll of another space's feed waits: a space an event trigger starts
 naming meanwhile is followed from the next poll."""
+NO_FEED = "the server shows no change feed for it: no such space, or no feed there"
 FOLLOW_IDLE_S = 1.0
 """How often the spaces loop looks for a space to follow while no event trigger names one."""
 
@@ -226,12 +227,13 @@ class Role:
             if space not in self.cursors:
                 await self.listen(space)
                 if space not in self.live.heads:
-                    raise ServerError(404, "no_feed", "the server shows no change feed there")
+                    raise ServerError(404, "no_feed", NO_FEED)
                 self.cursors[space] = self.live.heads[space]
             page = await self.client.changes(space, self.cursors[space], wait=wait)
             if page is None:
-                raise ServerError(404, "no_feed", "the server shows no change feed there")
+                raise ServerError(404, "no_feed", NO_FEED)
         except (ServerUnavailable, ServerError) as exc:
+            self.sync.stats.last_error = f"space {space}: {exc}"
             if space not in self._unfollowed:
                 self._unfollowed.add(space)
                 log.warning(

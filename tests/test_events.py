@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fleet import Fleet, Node
 from support import async_wait_until
 
@@ -324,6 +325,37 @@ async def test_a_trigger_on_another_spaces_chat_follows_that_spaces_feed(
             timeout=30,
             what="the other space to be let go",
         )
+    finally:
+        await daemon.stop()
+        await user.aclose()
+
+
+async def test_a_space_that_cannot_be_followed_is_named_in_the_log_and_health(
+    devserver_factory: Callable[..., Any], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = devserver_factory()
+    config = Config(server=server.url, state_dir=tmp_path / "state", tick_s=0.2)
+    daemon = Daemon(config)
+    user = ServerClient(server.url)
+    try:
+        await daemon.start()
+        places = await async_wait_until(
+            lambda: asyncio.sleep(0, daemon.places), what="the daemon to resolve"
+        )
+        fields = {
+            "kind": "event",
+            "spec": {"dataset": "chat_messages", "objectId": "c1", "spaceId": "nowhere"},
+            "program": "agent:remind@v1",
+            "owner": daemon.peer_id,
+        }
+        await user.upsert(places.triggers, [Upsert("lost", fields)])
+        await async_wait_until(
+            lambda: asyncio.sleep(0, "cannot follow space nowhere" in caplog.text),
+            timeout=30,
+            what="a warning naming the space",
+        )
+        assert "no such space" in caplog.text
+        assert "space nowhere" in (daemon.health().last_error or "")
     finally:
         await daemon.stop()
         await user.aclose()
