@@ -34,9 +34,9 @@ log = logging.getLogger("anyrtd.daemon")
 FOLLOW_WAIT_S = 5.0
 """How long one long-poll of another space's feed waits: a space an event trigger starts
 naming meanwhile is followed from the next poll."""
-NO_FEED = "the server shows no change feed for it: no such space, or no feed there"
 FOLLOW_IDLE_S = 1.0
 """How often the spaces loop looks for a space to follow while no event trigger names one."""
+NO_FEED = "the server shows no change feed for it: no such space, or no feed there"
 
 
 class Role:
@@ -217,6 +217,7 @@ class Role:
             # Followed again later, it starts from that moment: event triggers are live-only.
             del self.cursors[gone]
             self.live.heads.pop(gone, None)
+        self._unfollowed &= spaces
         if not spaces:
             await asyncio.sleep(min(wait, FOLLOW_IDLE_S))
             return
