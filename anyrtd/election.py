@@ -14,6 +14,7 @@ import socket
 from typing import Any, Protocol
 
 from anyrtd import __version__
+from anyrtd.claims import Term, term_of
 from anyrtd.client import DevicesView, ServerClient, ServerError, ServerUnavailable
 from anyrtd.clock import Clock, SystemClock
 from anyrtd.vocab import Verdict
@@ -32,6 +33,11 @@ class Gate(Protocol):
     @property
     def poll_interval_s(self) -> float | None:
         """Seconds between polls, or None when there is nothing to poll."""
+        ...
+
+    @property
+    def term(self) -> Term | None:
+        """The role's claims as last read (see anyrtd/claims.py), or None without an election."""
         ...
 
     async def boot(self) -> None:
@@ -56,6 +62,10 @@ class AlwaysActive:
 
     @property
     def poll_interval_s(self) -> float | None:
+        return None
+
+    @property
+    def term(self) -> Term | None:
         return None
 
     async def boot(self) -> None:
@@ -110,6 +120,7 @@ class Election:
         self.peer_id: str | None = None
         self.winner: str | None = None
         self.last_poll_at: float | None = None
+        self._term: Term | None = None
         self._verdict: Verdict = Verdict.STANDBY
         self._recorded_winner: str | None = None
         self._failing: str | None = None
@@ -123,6 +134,10 @@ class Election:
     @property
     def poll_interval_s(self) -> float | None:
         return self._poll_s if self.enabled else None
+
+    @property
+    def term(self) -> Term | None:
+        return self._term if self.enabled else None
 
     def describe(self, peer_id: str | None) -> dict[str, Any]:
         me = peer_id or self.peer_id
@@ -219,6 +234,10 @@ class Election:
             winner = view.active.get(APP)
         self.winner = winner
         self._recorded_winner = winner
+        rows = (
+            (d.peer_id, d.deleted or APP not in d.apps, d.apps.get(APP, {})) for d in view.devices
+        )
+        self._term = term_of(rows, me, winner, read_at=self.clock.now())
         self._set(Verdict.ACTIVE if winner == me else Verdict.STANDBY)
         return view
 
