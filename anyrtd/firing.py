@@ -129,6 +129,7 @@ class Firing:
                 self.unit.save(entry.row)
                 if entry.running:
                     self.stats.overlap_skips += 1
+                    self.stats.overlap_by_trigger[defn.id] += 1
                     log.info(
                         "skipped %s at %.3f: the previous run is still running",
                         defn.id,
