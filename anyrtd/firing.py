@@ -17,6 +17,7 @@ from typing import Any
 
 from anyrtd.clock import Clock
 from anyrtd.events import ChatMessage
+from anyrtd.logs import iso_time
 from anyrtd.metrics import Stats
 from anyrtd.model import TriggerDef
 from anyrtd.program import RunOutcome, RunRequest
@@ -131,9 +132,9 @@ class Firing:
                     self.stats.overlap_skips += 1
                     self.stats.overlap_by_trigger[defn.id] += 1
                     log.info(
-                        "skipped %s at %.3f: the previous run is still running",
+                        "skipped %s at %s: the previous run is still running",
                         defn.id,
-                        due,
+                        iso_time(due),
                         extra={"trigger": defn.id},
                     )
                     return None
@@ -253,6 +254,7 @@ class Firing:
             run_count=before[1],
             limit=defn.max_consecutive_failures if defn is not None else 0,
             armed=entry is not None and entry.row.enabled,
+            kind=defn.kind if defn is not None else None,
         )
         if entry is not None:
             entry.row.consecutive_failures = write.failures

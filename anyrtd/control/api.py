@@ -256,6 +256,9 @@ async def patch_trigger(request: web.Request) -> web.Response:
         if kind == Kind.ONCE and isinstance(parsed, TriggerDef) and body["spec"] != parsed.spec:
             # A once takes lastRunAt as its consumed state: a new `at` re-arms the shot.
             unset.append(RollupField.LAST_RUN_AT)
+            if parsed.rollup.last_run_at is not None and not parsed.enabled:
+                # It fired and disabled itself: armed again means enabled again.
+                body.setdefault("enabled", True)
     if "enabled" in body:
         enabled = body["enabled"]
         if not isinstance(enabled, bool):
