@@ -84,6 +84,15 @@ class TriggerState(StrEnum):
     MALFORMED = "malformed"
 
 
+class DeviceState(StrEnum):
+    """A device's row in the devices registry, as a trigger's `why` names it."""
+
+    LIVE = "live"
+    PRUNED = "pruned"
+    UNKNOWN = "unknown"
+    """No row for that peer id, or the registry did not answer."""
+
+
 class Cause(StrEnum):
     """Why a trigger will not fire on this device, or what to know when it will (`/why`)."""
 

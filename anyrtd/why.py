@@ -17,12 +17,9 @@ from typing import Any
 
 from anyrtd.model import Malformed, TriggerDef, marker_reason
 from anyrtd.registry import Entry
-from anyrtd.vocab import Cause, Kind, LastStatus, Marker, Verdict, is_unassigned
+from anyrtd.vocab import Cause, DeviceState, Kind, LastStatus, Marker, Verdict, is_unassigned
 
-LIVE = "live"
-PRUNED = "pruned"
-UNKNOWN = "unknown"
-"""A device's state in the devices registry: a live row, a pruned row, or no row (or unread)."""
+LIVE, PRUNED, UNKNOWN = DeviceState.LIVE, DeviceState.PRUNED, DeviceState.UNKNOWN
 
 _FIELD = re.compile(r"(?:record id|_v|[A-Za-z][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)?)\b")
 _RECORD_FIELDS = frozenset(
@@ -53,7 +50,7 @@ class WhyFacts:
     parsed: TriggerDef | Malformed | None = None
     entry: Entry | None = None
     tombstoned: bool = False
-    devices: Mapping[str, str] | None = None
+    devices: Mapping[str, DeviceState] | None = None
     """Each peer id's state in the devices registry (`live`, `pruned`); None when unread."""
     names: Mapping[str, str] = field(default_factory=dict)
     """Each peer id's device name, where the registry gives one."""
@@ -111,7 +108,7 @@ def malformed_field(reason: str) -> str | None:
     return word if word.split(".")[0] in _RECORD_FIELDS else None
 
 
-def device_state(facts: WhyFacts, peer: str) -> str:
+def device_state(facts: WhyFacts, peer: str) -> DeviceState:
     """Return a device's state in the registry: `live`, `pruned` or `unknown`."""
     if facts.devices is None:
         return UNKNOWN
@@ -283,7 +280,7 @@ def _definition(facts: WhyFacts, defn: TriggerDef, entry: Entry | None) -> list[
         out.append(
             Reason(
                 Cause.NOT_ADOPTED,
-                "it belongs on this device but is not adopted yet: the next tick adopts it",
+                "it belongs on this device but is not adopted yet: the next tick takes it up",
                 {"owner": defn.owner, "verdict": facts.verdict},
                 None,
             )

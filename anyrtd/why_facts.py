@@ -23,7 +23,7 @@ from anyrtd.rows import RunRow
 from anyrtd.runner import Runner
 from anyrtd.schedule import preview
 from anyrtd.sync import Sync
-from anyrtd.vocab import Kind, RunStatus, Verdict
+from anyrtd.vocab import DeviceState, Kind, RunStatus, Verdict
 from anyrtd.why import LIVE, PRUNED, Answer, Failure, WhyFacts, explain
 
 REGISTRY_WAIT_S = 3.0
@@ -120,7 +120,9 @@ async def gather(parts: Parts, trigger_id: str) -> WhyFacts:
     )
 
 
-async def _registry(client: ServerClient) -> tuple[dict[str, str] | None, dict[str, str]]:
+async def _registry(
+    client: ServerClient,
+) -> tuple[dict[str, DeviceState] | None, dict[str, str]]:
     """Return each device's state (`live`, `pruned`) and name, or None when unread."""
     try:
         view = await asyncio.wait_for(client.devices(), timeout=REGISTRY_WAIT_S)

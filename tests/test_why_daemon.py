@@ -163,6 +163,18 @@ async def test_the_takeover_hold(fleet: Fleet, ask: Ask) -> None:
     assert a.me in found["facts"]["waitingFor"]
 
 
+async def test_a_new_holder_not_yet_adopted(fleet: Fleet, ask: Ask) -> None:
+    a, b = await fleet.node(1), await fleet.node(2)
+    await fleet.put("free", owner="", **cron())
+    await b.tick()  # standby: b knows the record and leaves it
+    await fleet.activate(b)
+    await b.election.poll()  # b holds the role now; its next tick adopts the record
+    answer = await ask(b, "free")
+    assert blocking(answer) == [Cause.NOT_ADOPTED]
+    assert reason(answer, Cause.NOT_ADOPTED)["facts"]["verdict"] == "active"
+    assert a.me != b.me
+
+
 async def test_a_claim_awaiting_confirmation(fleet: Fleet, ask: Ask) -> None:
     a = await fleet.node(1)
     await fleet.put("claimed", owner="", **cron())

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from anyrtd.control.page import OPENAPI_PATHS
-from anyrtd.vocab import ENDED_STATUSES, Cause, Kind, RunStatus, TriggerState, Verdict
+from anyrtd.vocab import ENDED_STATUSES, Cause, DeviceState, Kind, RunStatus, TriggerState, Verdict
 
 RUN_STATUSES: list[str] = [RunStatus.RUNNING, *ENDED_STATUSES]
 """A run's `status` as the API shows it: `running` first, then the four outcomes."""
@@ -184,7 +184,11 @@ _SCHEMAS: dict[str, Any] = {
         "properties": {
             "cause": {"enum": list(Cause)},
             "text": {"type": "string"},
-            "facts": {"type": "object", "description": "The facts behind the reason."},
+            "facts": {
+                "type": "object",
+                "description": "The facts behind the reason; a device's state in the "
+                f"registry (`ownerState`, `winnerState`) is one of {', '.join(DeviceState)}.",
+            },
             "fix": {**_STR_OR_NULL, "description": "The command that changes it."},
             "blocking": {"type": "boolean", "description": "False for a note."},
         },
