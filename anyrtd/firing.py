@@ -25,7 +25,7 @@ from anyrtd.records import RecordCache
 from anyrtd.registry import Entry, Registry
 from anyrtd.rows import RunRow
 from anyrtd.runner import Runner
-from anyrtd.runs import rollup
+from anyrtd.runs import BREAKER_STATUSES, rollup
 from anyrtd.unit import Unit
 from anyrtd.vocab import Kind, RollupField, RunStatus, Verdict
 
@@ -188,7 +188,8 @@ class Firing:
             entry.running -= 1
         self.record_outcome(row, outcome, entry=self.registry.get(entry.id))
         await self.unit.commit(self.clock.now())
-        log.info(
+        log.log(
+            logging.WARNING if outcome.status in BREAKER_STATUSES else logging.INFO,
             "run %s of %s ended %s%s",
             row.run_id,
             row.trigger_id,
@@ -262,7 +263,7 @@ class Firing:
             if write.tripped:
                 entry.row.enabled = False
                 entry.row.next_fire = None
-                log.warning(
+                log.error(
                     "%s auto-disabled after %d consecutive failures",
                     row.trigger_id,
                     write.failures,

@@ -26,6 +26,11 @@ STATUS_OF_RUN: Mapping[str, LastStatus] = {
 BREAKER_STATUSES = frozenset({RunStatus.FAILED, RunStatus.INCOMPLETE})
 """Run statuses that count toward the circuit breaker; `ok` resets it, `interrupted` is neither."""
 
+SERVER_UNAVAILABLE = "ServerUnavailable"
+"""The `errorType` of a run that failed because the any server could not be reached
+(connection refused, a timeout, a 5xx): it is `FAILED`, but the breaker neither counts nor
+resets it, since the program is not at fault (docs/programs.md)."""
+
 # The agent_runs fields a program may report, well typed; everything else is dropped.
 COUNT_KEYS = ("turns", "cells", "effects", "mutations")
 TOKEN_KEYS = ("in", "out", "cacheRead", "cacheWrite")
@@ -159,7 +164,7 @@ def rollup(
     """
     if row.status == RunStatus.OK:
         failures = 0
-    elif row.status in BREAKER_STATUSES:
+    elif row.status in BREAKER_STATUSES and row.error_type != SERVER_UNAVAILABLE:
         failures += 1
     run_count += 1
     fields: dict[str, Any] = {

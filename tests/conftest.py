@@ -235,6 +235,7 @@ PROCESS_MODULES = frozenset(
         "test_dev",
         "test_devserver_cli",
         "test_multi_device_serve",
+        "test_outage",
         "test_packaging",
         "test_runner",
         "test_serve_notify",
