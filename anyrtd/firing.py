@@ -163,6 +163,7 @@ class Firing:
                 self.unit.save(entry.row)
                 if entry.running:
                     self.stats.overlap_skips += 1
+                    self.stats.overlap_by_trigger[defn.id] += 1
                     log.info(
                         "skipped %s at %s: the previous run is still running",
                         defn.id,

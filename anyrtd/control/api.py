@@ -35,6 +35,7 @@ from anyrtd.control.views import (
     run_summary,
     trigger_state,
     trigger_view,
+    why_view,
 )
 from anyrtd.history import RunHistory
 from anyrtd.model import TriggerDef, spec_error
@@ -74,6 +75,7 @@ def make_app(port: Port, guard: Guard | None = None) -> web.Application:
     app.router.add_get("/triggers/{id}", get_trigger)
     app.router.add_patch("/triggers/{id}", patch_trigger)
     app.router.add_get("/triggers/{id}/runs", trigger_runs)
+    app.router.add_get("/triggers/{id}/why", trigger_why)
     app.router.add_post("/triggers/{id}/enable", enable_trigger)
     app.router.add_post("/triggers/{id}/disable", disable_trigger)
     app.router.add_post("/triggers/{id}/run", run_trigger)
@@ -228,6 +230,12 @@ def _history(history: RunHistory) -> web.Response:
     return web.json_response(
         [run_summary(r) for r in history.runs], headers={SOURCE_HEADER: history.source}
     )
+
+
+async def trigger_why(request: web.Request) -> web.Response:
+    """GET /triggers/:id/why: will it fire here; if not, every reason and its fix."""
+    answer = await _port(request).why(request.match_info["id"])
+    return web.json_response(why_view(answer))
 
 
 async def patch_trigger(request: web.Request) -> web.Response:

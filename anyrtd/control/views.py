@@ -25,6 +25,7 @@ from anyrtd.vocab import (
     Verdict,
     is_unassigned,
 )
+from anyrtd.why import Answer
 
 NEXT_FIRES = 5
 
@@ -197,6 +198,28 @@ def next_fires(entry: Entry | None, now: float, n: int = NEXT_FIRES) -> list[flo
     if entry.defn.kind != Kind.CRON:
         return [first]
     return [first, *preview(entry.defn, first, n - 1, anchor=entry.row.armed_at)]
+
+
+def why_view(answer: Answer) -> dict[str, Any]:
+    """Return the answer of `GET /triggers/:id/why`."""
+    return {
+        "id": answer.id,
+        "fires": answer.fires,
+        "device": answer.device,
+        "nextFire": answer.next_fires[0] if answer.next_fires else None,
+        "nextFires": list(answer.next_fires),
+        "reasons": [
+            {
+                "cause": r.cause,
+                "text": r.text,
+                "facts": dict(r.facts),
+                "fix": r.fix,
+                "blocking": r.blocking,
+            }
+            for r in answer.reasons
+        ],
+        "now": answer.now,
+    }
 
 
 def _malformed_view(
