@@ -258,7 +258,7 @@ class Firing:
         """Close the runs a crash left `running` as `interrupted`."""
         for row in rows:
             outcome = RunOutcome(
-                status=RunStatus.INTERRUPTED.value,
+                status=RunStatus.INTERRUPTED,
                 error_type=None,
                 error="the daemon stopped while the run was in flight",
                 started_at=row.started_at,

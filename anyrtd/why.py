@@ -17,15 +17,36 @@ from typing import Any
 
 from anyrtd.model import Malformed, TriggerDef, marker_reason
 from anyrtd.registry import Entry
-from anyrtd.vocab import Cause, DeviceState, Kind, LastStatus, Marker, Verdict, is_unassigned
+from anyrtd.vocab import (
+    Cause,
+    DeviceState,
+    Kind,
+    LastStatus,
+    Marker,
+    RollupField,
+    Verdict,
+    is_unassigned,
+)
 
 LIVE, PRUNED, UNKNOWN = DeviceState.LIVE, DeviceState.PRUNED, DeviceState.UNKNOWN
 
 _FIELD = re.compile(r"(?:record id|_v|[A-Za-z][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)?)\b")
 _RECORD_FIELDS = frozenset(
     {"id", "name", "kind", "spec", "program", "args", "owner", "enabled", "limits"}
-    | {"maxConsecutiveFailures", "_v", "lastRunAt", "lastStatus", "consecutiveFailures"}
-    | {"lastDurationMs", "runCount", "lastRunRef", "lastFuel", "lastCostUsd"}
+    | {
+        "maxConsecutiveFailures",
+        "_v",
+        RollupField.LAST_RUN_AT,
+        RollupField.LAST_STATUS,
+        RollupField.CONSECUTIVE_FAILURES,
+    }
+    | {
+        RollupField.LAST_DURATION_MS,
+        RollupField.RUN_COUNT,
+        RollupField.LAST_RUN_REF,
+        RollupField.LAST_FUEL,
+        RollupField.LAST_COST_USD,
+    }
 )
 
 
@@ -366,9 +387,9 @@ def _state(facts: WhyFacts, defn: TriggerDef, entry: Entry | None) -> list[Reaso
                 f"the breaker disabled it after {failures} consecutive failures "
                 f"(limit {defn.max_consecutive_failures})",
                 {
-                    "consecutiveFailures": failures,
+                    RollupField.CONSECUTIVE_FAILURES: failures,
                     "maxConsecutiveFailures": defn.max_consecutive_failures,
-                    "lastStatus": defn.rollup.last_status,
+                    RollupField.LAST_STATUS: defn.rollup.last_status,
                     "lastErrors": errors,
                 },
                 f"anyrtd triggers enable {facts.id}",
@@ -383,9 +404,9 @@ def _state(facts: WhyFacts, defn: TriggerDef, entry: Entry | None) -> list[Reaso
                 + (f" (run {run})" if run else "")
                 + ": it does not fire again",
                 {
-                    "lastRunAt": defn.rollup.last_run_at,
+                    RollupField.LAST_RUN_AT: defn.rollup.last_run_at,
                     "run": run,
-                    "lastStatus": defn.rollup.last_status,
+                    RollupField.LAST_STATUS: defn.rollup.last_status,
                 },
                 f"anyrtd triggers edit {facts.id} --at TIME",
             )
@@ -418,7 +439,7 @@ def _notes(facts: WhyFacts, defn: TriggerDef, entry: Entry | None) -> list[Reaso
                 f"its last {failures} runs failed; the breaker disables it at "
                 f"{defn.max_consecutive_failures}",
                 {
-                    "consecutiveFailures": failures,
+                    RollupField.CONSECUTIVE_FAILURES: failures,
                     "maxConsecutiveFailures": defn.max_consecutive_failures,
                     "lastErrors": errors,
                 },

@@ -74,7 +74,7 @@ def triggers_table(items: list[dict[str, Any]], me: str | None, now: float, sort
             fmt.owner(t.get("owner"), me),
             "yes" if t.get("enabled") else "no",
             fmt.when(t["nextFire"], now) if t.get("nextFire") else f"({t.get('state')})",
-            str(t.get("lastStatus") or "-"),
+            str(t.get(RollupField.LAST_STATUS) or "-"),
         ]
         for t in sorted(items, key=key)
     ]
@@ -193,7 +193,7 @@ def triggers_show(config: Config, trigger_id: str, as_json: bool) -> None:
             f"{t.get('consecutiveFailures', 0)} in a row "
             f"(auto-disables at {t.get('maxConsecutiveFailures', 3)})",
         ),
-        ("runs", str(t.get("runCount", 0))),
+        ("runs", str(t.get(RollupField.RUN_COUNT, 0))),
     ]
     fires = t.get("nextFires") or []
     lines.append(("next fires", fmt.when(fires[0], now) if fires else "-"))

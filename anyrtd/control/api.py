@@ -41,7 +41,15 @@ from anyrtd.history import RunHistory
 from anyrtd.model import TriggerDef, spec_error
 from anyrtd.port import Port, TriggerFacts
 from anyrtd.standing import code_owned
-from anyrtd.vocab import SOURCE_HEADER, HistorySource, Kind, LastStatus, RollupField, RunStatus
+from anyrtd.vocab import (
+    SOURCE_HEADER,
+    HistorySource,
+    Kind,
+    LastStatus,
+    Marker,
+    RollupField,
+    RunStatus,
+)
 
 PORT = web.AppKey("port", Port)
 LIST_CACHE = web.AppKey("list_cache", ListCache)
@@ -267,7 +275,9 @@ async def patch_trigger(request: web.Request) -> web.Response:
         kind = parsed.kind if isinstance(parsed, TriggerDef) else _raw_kind(facts)
         problem = spec_error(kind, body["spec"])
         if problem is not None:
-            raise BadRequest(f"spec refused, nothing was written: {problem}", code="invalid_spec")
+            raise BadRequest(
+                f"spec refused, nothing was written: {problem}", code=Marker.INVALID_SPEC
+            )
         fields["spec"] = body["spec"]
         if kind == Kind.ONCE and isinstance(parsed, TriggerDef) and body["spec"] != parsed.spec:
             # A once takes lastRunAt as its consumed state: a new `at` re-arms the shot.
