@@ -355,7 +355,7 @@ class Daemon:
         if (places := self.places) is None or self.db is None:
             return None
         datasets = {TRIGGERS: places.triggers, RUNS: places.runs}
-        result = await drain(self.db, self.client, datasets.get)
+        result = await drain(self.db, self.client, datasets.get, now=self.clock.now)
         for dataset, rid, version in result.acked:
             if dataset == TRIGGERS:
                 self.records.acked(rid, version)
@@ -446,9 +446,9 @@ class Daemon:
 
     async def metrics(self) -> Metrics:
         # The depth read here also feeds the status line.
-        self.outbox_depth = await self.db_call(Mirror.outbox_depth)
+        self.outbox_depth, aside = await self.db_call(Mirror.outbox_counts)
         age = self._tick_age()
-        return Metrics(self.stats, self.outbox_depth, self.gate.verdict, age, self.peer_id)
+        return Metrics(self.stats, self.outbox_depth, self.gate.verdict, age, self.peer_id, aside)
 
     def election(self) -> dict[str, Any]:
         return self.gate.describe(self.peer_id)

@@ -59,6 +59,17 @@ class OutboxItem:
     attempts: int
 
 
+@dataclass(frozen=True, slots=True)
+class SetAside:
+    """A write the server can never take: kept in the outbox, no longer sent."""
+
+    seq: int
+    dataset: str
+    record_id: str
+    set_aside_at: float
+    error: str
+
+
 @dataclass(slots=True)
 class Batch:
     """Everything one step of the daemon writes, committed as one transaction."""
