@@ -178,7 +178,7 @@ class Daemon:
         await self.sync_stage.load(db)
         self.apply.restore(snap.entries, now)
         # Before anything fires: close what a crash left running.
-        self.firing.close_interrupted(await self.db_call(Mirror.open_runs), now)
+        await self.firing.close_interrupted(await self.db_call(Mirror.open_runs), now)
         await self.unit.commit(now)
         log.info(
             "mirror %s opened: %d records, %d entries restored, peer %s",

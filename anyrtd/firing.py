@@ -10,6 +10,7 @@ trigger's rollup to the outbox.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import uuid
 from collections.abc import Iterable
@@ -24,6 +25,7 @@ from anyrtd.records import RecordCache
 from anyrtd.registry import Entry, Registry
 from anyrtd.rows import RunRow
 from anyrtd.runner import Runner
+from anyrtd.runner.process import kill_group, leftover_group, process_start
 from anyrtd.runs import rollup
 from anyrtd.unit import Unit
 from anyrtd.vocab import Kind, RollupField, RunStatus, Verdict
@@ -179,6 +181,7 @@ class Firing:
             args=args,
             scheduled_at=row.scheduled_at,
             device=row.device,
+            on_spawn=functools.partial(self._keep_group, row),
         )
         try:
             outcome = await self.runner.run(request)
@@ -195,11 +198,30 @@ class Firing:
             extra={"trigger": row.trigger_id, "run": row.run_id},
         )
 
+    async def _keep_group(self, row: RunRow, pgid: int) -> None:
+        """Keep a command's process group in its run's row, for a restart after a crash."""
+        row.process_group = pgid
+        row.process_start = process_start(pgid)
+        self.unit.save_run(row)
+        try:
+            await self.unit.commit(self.clock.now())
+        except Exception as exc:  # the run goes on; the next commit writes the row
+            log.warning(
+                "run %s: cannot keep its process group %d in the mirror yet: %s",
+                row.run_id,
+                pgid,
+                exc,
+                extra={"trigger": row.trigger_id, "run": row.run_id},
+            )
+
     # ending
 
-    def close_interrupted(self, rows: Iterable[RunRow], now: float) -> None:
-        """Close the runs a crash left `running` as `interrupted`."""
-        for row in rows:
+    async def close_interrupted(self, rows: Iterable[RunRow], now: float) -> None:
+        """Close the runs a crash left `running` as `interrupted`, first stopping what is
+        left of their commands' process groups (SIGTERM, then SIGKILL after the grace)."""
+        rows = list(rows)
+        stopped = await asyncio.gather(*(self._stop_leftover(row) for row in rows))
+        for row, note in zip(rows, stopped, strict=True):
             outcome = RunOutcome(
                 status=RunStatus.INTERRUPTED.value,
                 error_type=None,
@@ -208,7 +230,7 @@ class Firing:
                 ended_at=now,
                 duration_ms=int(max(0.0, now - row.started_at) * 1000),
                 result={},
-                output=row.output,
+                output=_with_line(row.output, note),
                 output_dropped=row.output_dropped,
             )
             log.warning(
@@ -219,6 +241,42 @@ class Firing:
             )
             entry = self.registry.get(row.trigger_id) if row.trigger_id is not None else None
             self.record_outcome(row, outcome, entry=entry)
+
+    async def _stop_leftover(self, row: RunRow) -> str:
+        """Stop the process group a crash left running for `row`; return a note for its output."""
+        pgid = row.process_group
+        if pgid is None:
+            return ""
+        extra = {"trigger": row.trigger_id, "run": row.run_id}
+        if row.process_start is None:
+            log.warning(
+                "run %s: cannot tell whether process group %d is still its program (no /proc): "
+                "left alone",
+                row.run_id,
+                pgid,
+                extra=extra,
+            )
+            return ""
+        if not leftover_group(pgid, row.process_start):
+            return ""
+        grace = self.runner.kill_grace_s
+        n = await kill_group(pgid, grace)
+        if n == 0:
+            return ""
+        log.warning(
+            "run %s of %s: its program was still running after the crash (process group %d, "
+            "%d process(es)): stopped it (SIGTERM, then SIGKILL after %g s)",
+            row.run_id,
+            row.trigger_id,
+            pgid,
+            n,
+            grace,
+            extra=extra,
+        )
+        return (
+            f"anyrtd: the program was still running when the daemon started again; its "
+            f"process group {pgid} ({n} process(es)) was stopped\n"
+        )
 
     def record_outcome(self, row: RunRow, outcome: RunOutcome, entry: Entry | None) -> None:
         """Close a run: its summary in the mirror, its record and the rollup in the outbox."""
@@ -267,6 +325,13 @@ class Firing:
                 )
             self.unit.save(entry.row)
         self.unit.write_trigger(row.trigger_id, write.fields)
+
+
+def _with_line(output: str, line: str) -> str:
+    """Return `output` with `line` added on a line of its own."""
+    if line and output and not output.endswith("\n"):
+        return f"{output}\n{line}"
+    return output + line
 
 
 __all__ = ["Firing", "Start", "new_run_id"]

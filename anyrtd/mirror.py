@@ -127,6 +127,8 @@ runs_table = Table(
     Column("result", Text, nullable=False, server_default="{}"),
     Column("output", Text, nullable=False, server_default=text("''")),
     Column("output_dropped", Integer, nullable=False, server_default="0"),
+    Column("process_group", Integer),
+    Column("process_start", Text),
     Index("runs_trigger_started", "trigger_id", "started_at"),
     Index("runs_status", "status"),
     Index("runs_started", "started_at"),

@@ -1,4 +1,5 @@
-"""Writes the server can never take are set aside in the outbox, not deleted.
+"""Outbox writes the server can never take are set aside, not deleted; a run keeps its
+command's process group, so a restart after a crash can stop what is left of it.
 
 Revision ID: 0002
 Revises: 0001
@@ -17,8 +18,13 @@ depends_on = None
 def upgrade() -> None:
     # Nullable, so SQLite adds it in place: no copy of a large outbox.
     op.add_column("outbox", sa.Column("set_aside_at", sa.Float, nullable=True))
+    op.add_column("runs", sa.Column("process_group", sa.Integer, nullable=True))
+    op.add_column("runs", sa.Column("process_start", sa.Text, nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("runs") as batch:
+        batch.drop_column("process_start")
+        batch.drop_column("process_group")
     with op.batch_alter_table("outbox") as batch:
         batch.drop_column("set_aside_at")
