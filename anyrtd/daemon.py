@@ -30,7 +30,7 @@ from anyrtd.mirror_guard import MirrorFault
 from anyrtd.model import TriggerDef
 from anyrtd.outbox import RUNS, TRIGGERS, DrainResult, drain
 from anyrtd.places import Places
-from anyrtd.port import Health, Metrics, TriggerFacts, Triggers
+from anyrtd.port import Health, Metrics, TriggerFacts, Triggers, server_reasons
 from anyrtd.records import RecordCache
 from anyrtd.registry import Registry
 from anyrtd.role import Role
@@ -269,13 +269,6 @@ class Daemon:
         self.config = replace(new, **{k: getattr(self.config, k) for k in fixed})
         self.runner.configure(commands=new.programs, timeout_s=new.run_timeout_s)
 
-    async def refresh_summary(self) -> None:
-        """Read the outbox depth and today's run count from the mirror, for the status line."""
-        now = self.clock.now()
-        self.outbox_depth = await self.db_call(Mirror.outbox_depth)
-        counts = await self.db_call(lambda m: m.run_counts(since=now - now % 86400))
-        self.runs_today = sum(counts.values())
-
     # the steps
 
     async def tick(self) -> None:
@@ -442,6 +435,8 @@ class Daemon:
             triggers=len(self.registry),
             server_resolved=self.places is not None,
             last_error=self.stats.last_error,
+            degraded=tuple(server_reasons(self.client.reach, self.outbox_depth)),
+            state_dir=str(self.config.state_dir),
         )
 
     async def metrics(self) -> Metrics:

@@ -18,6 +18,7 @@ from typing import Any
 
 from anyrtd.clock import Clock
 from anyrtd.events import ChatMessage
+from anyrtd.logs import iso_time
 from anyrtd.metrics import Stats
 from anyrtd.model import TriggerDef
 from anyrtd.program import RunOutcome, RunRequest
@@ -26,7 +27,7 @@ from anyrtd.registry import Entry, Registry
 from anyrtd.rows import RunRow
 from anyrtd.runner import Runner
 from anyrtd.runner.process import kill_group, leftover_group, process_start
-from anyrtd.runs import rollup
+from anyrtd.runs import BREAKER_STATUSES, rollup
 from anyrtd.unit import Unit
 from anyrtd.vocab import Kind, RollupField, RunStatus, Verdict
 
@@ -132,9 +133,9 @@ class Firing:
                 if entry.running:
                     self.stats.overlap_skips += 1
                     log.info(
-                        "skipped %s at %.3f: the previous run is still running",
+                        "skipped %s at %s: the previous run is still running",
                         defn.id,
-                        due,
+                        iso_time(due),
                         extra={"trigger": defn.id},
                     )
                     return None
@@ -189,7 +190,8 @@ class Firing:
             entry.running -= 1
         self.record_outcome(row, outcome, entry=self.registry.get(entry.id))
         await self.unit.commit(self.clock.now())
-        log.info(
+        log.log(
+            logging.WARNING if outcome.status in BREAKER_STATUSES else logging.INFO,
             "run %s of %s ended %s%s",
             row.run_id,
             row.trigger_id,
@@ -310,6 +312,7 @@ class Firing:
             run_count=before[1],
             limit=defn.max_consecutive_failures if defn is not None else 0,
             armed=entry is not None and entry.row.enabled,
+            kind=defn.kind if defn is not None else None,
         )
         if entry is not None:
             entry.row.consecutive_failures = write.failures
@@ -317,7 +320,7 @@ class Firing:
             if write.tripped:
                 entry.row.enabled = False
                 entry.row.next_fire = None
-                log.warning(
+                log.error(
                     "%s auto-disabled after %d consecutive failures",
                     row.trigger_id,
                     write.failures,

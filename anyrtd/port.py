@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from anyrtd.client import Reach
 from anyrtd.metrics import Stats
 from anyrtd.model import Malformed, TriggerDef
 from anyrtd.registry import Entry
@@ -56,6 +58,28 @@ class Health:
     """Registry entries."""
     server_resolved: bool
     last_error: str | None
+    degraded: tuple[str, ...] = ()
+    """Why the daemon is doing its job only in part (each reason one line); empty when not."""
+    state_dir: str | None = None
+    """The state directory this daemon uses (its mirror and lock are there)."""
+
+
+OUTBOX_BACKLOG = 1000
+"""An outbox this deep is a reason to say `degraded` even while the server answers."""
+
+
+def server_reasons(reach: Reach, outbox_depth: int) -> list[str]:
+    """Return the reasons for `degraded` that the server gives: unreachable, a growing outbox."""
+    reasons = []
+    if reach.unreachable_since is not None:
+        since = datetime.fromtimestamp(reach.unreachable_since, UTC)
+        reasons.append(
+            f"server unreachable since {since:%Y-%m-%dT%H:%M:%SZ} ({reach.error}); "
+            "firing from the mirror, writes wait in the outbox"
+        )
+    if outbox_depth and (reach.unreachable_since is not None or outbox_depth >= OUTBOX_BACKLOG):
+        reasons.append(f"{outbox_depth} writes waiting in the outbox for the server")
+    return reasons
 
 
 @dataclass(frozen=True)
@@ -120,4 +144,4 @@ class Port(Protocol):
         ...
 
 
-__all__ = ["Health", "Metrics", "Port", "TriggerFacts", "Triggers"]
+__all__ = ["Health", "Metrics", "Port", "TriggerFacts", "Triggers", "server_reasons"]

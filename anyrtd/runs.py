@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from anyrtd.rows import RunRow
-from anyrtd.vocab import LastStatus, RollupField, RunStatus
+from anyrtd.vocab import Kind, LastStatus, RollupField, RunStatus
 
 STATUS_OF_RUN: Mapping[str, LastStatus] = {
     RunStatus.OK: LastStatus.OK,
@@ -25,6 +25,11 @@ STATUS_OF_RUN: Mapping[str, LastStatus] = {
 
 BREAKER_STATUSES = frozenset({RunStatus.FAILED, RunStatus.INCOMPLETE})
 """Run statuses that count toward the circuit breaker; `ok` resets it, `interrupted` is neither."""
+
+SERVER_UNAVAILABLE = "ServerUnavailable"
+"""The `errorType` of a run that failed because the any server could not be reached
+(connection refused, a timeout, a 5xx): it is `FAILED`, but the breaker neither counts nor
+resets it, since the program is not at fault (docs/programs.md)."""
 
 # The agent_runs fields a program may report, well typed; everything else is dropped.
 COUNT_KEYS = ("turns", "cells", "effects", "mutations")
@@ -144,15 +149,22 @@ class RollupWrite:
     tripped: bool
 
 
-def rollup(row: RunRow, *, failures: int, run_count: int, limit: int, armed: bool) -> RollupWrite:
+def rollup(
+    row: RunRow, *, failures: int, run_count: int, limit: int, armed: bool, kind: str | None = None
+) -> RollupWrite:
     """Return the rollup after `row` ended, given the breaker count and run count before it.
 
     The breaker trips when the count reaches `limit` on a trigger that is still `armed`
     (enabled on this device); a trigger the device no longer holds never trips here.
+    A `once` takes `lastRunAt` as its consumed state (seeds), written when it fires, before
+    its program starts (`firing`), so the rollup of a trigger of `kind` once writes every
+    field but that one: a run by hand leaves a pending shot to fire at its `at` (on whichever
+    device holds it, after any restart), and a run that ends after the record was armed
+    again (a new `at`) does not consume the new shot.
     """
     if row.status == RunStatus.OK:
         failures = 0
-    elif row.status in BREAKER_STATUSES:
+    elif row.status in BREAKER_STATUSES and row.error_type != SERVER_UNAVAILABLE:
         failures += 1
     run_count += 1
     fields: dict[str, Any] = {
@@ -165,6 +177,8 @@ def rollup(row: RunRow, *, failures: int, run_count: int, limit: int, armed: boo
         RollupField.CONSECUTIVE_FAILURES: failures,
         RollupField.LAST_RUN_REF: row.run_id,
     }
+    if kind == Kind.ONCE:
+        del fields[RollupField.LAST_RUN_AT]
     tripped = armed and limit > 0 and failures >= limit
     if tripped:
         fields["enabled"] = False

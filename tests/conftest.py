@@ -236,6 +236,7 @@ PROCESS_MODULES = frozenset(
         "test_devserver_cli",
         "test_leftover_groups",
         "test_multi_device_serve",
+        "test_outage",
         "test_packaging",
         "test_runner",
         "test_serve_notify",

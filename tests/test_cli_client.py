@@ -378,6 +378,7 @@ def test_doctor_finds_everything_in_order(cli: Cli) -> None:
         "server",
         "devices",
         "anchor",
+        "triggers",
         "mirror",
         "outbox",
         "control",

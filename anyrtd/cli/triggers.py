@@ -450,6 +450,14 @@ def triggers_create(
     click.echo(f"created {rid} ({written['kind']}, {what}); {_adopt_hint(written['owner'])}")
 
 
+def _rearm(before: Mapping[str, Any], fields: dict[str, Any]) -> None:
+    """Enable again a fired `once` (it disabled itself) that a new `at` arms again, unless
+    the write says otherwise (`--disabled`)."""
+    fired = before.get("kind") == Kind.ONCE and before.get(RollupField.LAST_RUN_AT) is not None
+    if fired and before.get("enabled") is False and "enabled" not in fields:
+        fields["enabled"] = True
+
+
 @triggers.command("edit")
 @client_command
 @click.argument("trigger_id", metavar="ID", shell_complete=complete_trigger)
@@ -494,8 +502,10 @@ def triggers_edit(
             if stored.fields.get("kind") == Kind.ONCE:
                 # A once takes lastRunAt as its consumed state: a new `at` re-arms the shot.
                 unset_fields_list.append(RollupField.LAST_RUN_AT.value)
+                _rearm(stored.fields, filled)
         elif filled.get("kind") == Kind.ONCE:
             unset_fields_list.append(RollupField.LAST_RUN_AT.value)
+            _rearm(stored.fields, filled)
         await records.update(trigger_id, filled, unset_fields_list, dry_run=True)
         confirm(*await _concerns(records, config, stored.fields, filled), yes)
         await records.update(trigger_id, filled, unset_fields_list)
@@ -610,6 +620,8 @@ async def _plan(records: Records, rid: str, fields: dict[str, Any], force: bool)
     if {"spec", "kind"} & set(changed) and kind == Kind.ONCE and last_run in before:
         # A once takes lastRunAt as its consumed state: a new `at` re-arms the shot.
         unset.append(last_run)
+        if "enabled" not in filled:
+            _rearm(before, changed)
     if not changed and not unset:
         return Planned(rid, "unchanged", {}, before)
     await records.update(rid, changed, unset, dry_run=True)

@@ -248,6 +248,9 @@ async def patch_trigger(request: web.Request) -> web.Response:
         if kind == Kind.ONCE and isinstance(parsed, TriggerDef) and body["spec"] != parsed.spec:
             # A once takes lastRunAt as its consumed state: a new `at` re-arms the shot.
             unset.append(RollupField.LAST_RUN_AT)
+            if parsed.rollup.last_run_at is not None and not parsed.enabled:
+                # It fired and disabled itself: armed again means enabled again.
+                body.setdefault("enabled", True)
     if "enabled" in body:
         enabled = body["enabled"]
         if not isinstance(enabled, bool):
@@ -347,11 +350,14 @@ async def election(request: web.Request) -> web.Response:
 
 
 async def healthz(request: web.Request) -> web.Response:
-    """GET /healthz: liveness and the age of the last tick (503 when ticks have stalled)."""
+    """GET /healthz: liveness and the age of the last tick (503 when ticks have stalled);
+    `degraded` (still 200) with `reasons` when part of the job cannot be done."""
     health = _port(request).health()
     age = health.last_tick_age
     stale_after = max(3 * health.tick_s, 30.0)
     status = "starting" if age is None else "ok" if age <= stale_after else "stale"
+    if status == "ok" and health.degraded:
+        status = "degraded"  # doing its job in part: still 200, so a supervisor keeps it
     body = {
         "status": status,
         "version": __version__,
@@ -361,12 +367,14 @@ async def healthz(request: web.Request) -> web.Response:
         "staleAfterS": stale_after,
         "tickS": health.tick_s,
         "peerId": health.peer_id,
+        "stateDir": health.state_dir,
         "verdict": health.verdict,
         "triggers": health.triggers,
         "serverResolved": health.server_resolved,
         "lastError": health.last_error,
+        "reasons": list(health.degraded),
     }
-    return web.json_response(body, status=200 if status == "ok" else 503)
+    return web.json_response(body, status=200 if status in ("ok", "degraded") else 503)
 
 
 async def metrics(request: web.Request) -> web.Response:

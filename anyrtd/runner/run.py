@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from anyrtd.client import ServerClient
+from anyrtd.client import ServerClient, ServerUnavailable
 from anyrtd.clock import Clock
 from anyrtd.config import CommandProgram
 from anyrtd.notify import child_environ
@@ -35,7 +35,7 @@ from anyrtd.runner.process import (
     start_in_group,
 )
 from anyrtd.runner.resolve import Program, ProgramTable
-from anyrtd.runs import REPLACED, normalize_result, one_line, valid_text
+from anyrtd.runs import REPLACED, SERVER_UNAVAILABLE, normalize_result, one_line, valid_text
 from anyrtd.vocab import RunStatus
 
 log = logging.getLogger("anyrtd.runner")
@@ -268,9 +268,8 @@ class Runner:
         exc = task.exception()
         if exc is not None:
             capture.add_line("".join(traceback.format_exception(exc)))
-            return _Ended(
-                RunStatus.FAILED, type(exc).__name__, one_line(str(exc), type(exc).__name__)
-            )
+            kind = _error_type(exc)
+            return _Ended(RunStatus.FAILED, kind, one_line(str(exc), kind))
         result, notes = normalize_result(task.result())
         for note in notes:
             capture.add_line(f"anyrtd: {note}")
@@ -371,7 +370,31 @@ class Runner:
                     capture.add_line(f"anyrtd: {note}")
         if rc == 0:
             return _Ended(RunStatus.OK, result=result)
+        if rc == EX_TEMPFAIL:
+            return _Ended(
+                RunStatus.FAILED,
+                SERVER_UNAVAILABLE,
+                f"{exit_message(cmd.argv[0], rc)}: the program could not reach the any server",
+                result,
+            )
         return _Ended(RunStatus.FAILED, "ExitCode", exit_message(cmd.argv[0], rc), result)
+
+
+EX_TEMPFAIL = 75
+"""The exit status (sysexits.h) by which a command says the any server could not be reached."""
+
+
+def _error_type(exc: BaseException) -> str:
+    """Return a raised exception's `errorType`: `ServerUnavailable` when the server could not be
+    reached, even under an exception of the program's own; else the class name."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, ServerUnavailable):
+            return SERVER_UNAVAILABLE
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return type(exc).__name__
 
 
 def _valid_or_none(text: str | None) -> str | None:
