@@ -26,7 +26,7 @@ from anyrtd.records import RecordCache
 from anyrtd.registry import Entry, Registry
 from anyrtd.rows import RunRow
 from anyrtd.runner import Runner
-from anyrtd.runner.process import kill_group, leftover_group, process_start
+from anyrtd.runner.process import kill_group, leftover_group, process_start, run_groups
 from anyrtd.runs import BREAKER_STATUSES, rollup
 from anyrtd.unit import Unit
 from anyrtd.vocab import Kind, RollupField, RunStatus, Verdict
@@ -222,8 +222,12 @@ class Firing:
         """Close the runs a crash left `running` as `interrupted`, first stopping what is
         left of their commands' process groups (SIGTERM, then SIGKILL after the grace)."""
         rows = list(rows)
-        stopped = await asyncio.gather(*(self._stop_leftover(row) for row in rows))
-        for row, note in zip(rows, stopped, strict=True):
+        # A run whose group was not kept yet is found by the run id in its environment.
+        unkept = run_groups([r.run_id for r in rows if r.process_group is None]) if rows else {}
+        notes = await asyncio.gather(
+            *(self._stop_leftover(row, unkept.get(row.run_id, set())) for row in rows)
+        )
+        for row, note in zip(rows, notes, strict=True):
             outcome = RunOutcome(
                 status=RunStatus.INTERRUPTED.value,
                 error_type=None,
@@ -244,40 +248,41 @@ class Firing:
             entry = self.registry.get(row.trigger_id) if row.trigger_id is not None else None
             self.record_outcome(row, outcome, entry=entry)
 
-    async def _stop_leftover(self, row: RunRow) -> str:
-        """Stop the process group a crash left running for `row`; return a note for its output."""
-        pgid = row.process_group
-        if pgid is None:
-            return ""
+    async def _stop_leftover(self, row: RunRow, found: set[int]) -> str:
+        """Stop the process groups a crash left running for `row` (its kept group, else those
+        `found` by its run id); return a note for its output."""
         extra = {"trigger": row.trigger_id, "run": row.run_id}
-        if row.process_start is None:
-            log.warning(
-                "run %s: cannot tell whether process group %d is still its program (no /proc): "
-                "left alone",
-                row.run_id,
-                pgid,
-                extra=extra,
-            )
-            return ""
-        if not leftover_group(pgid, row.process_start):
-            return ""
+        groups = sorted(found)
+        if (pgid := row.process_group) is not None:
+            if row.process_start is None:
+                log.warning(
+                    "run %s: cannot tell whether process group %d is still its program "
+                    "(no /proc): left alone",
+                    row.run_id,
+                    pgid,
+                    extra=extra,
+                )
+                return ""
+            groups = [pgid] if leftover_group(pgid, row.process_start) else []
         grace = self.runner.kill_grace_s
-        n = await kill_group(pgid, grace)
-        if n == 0:
+        counts = await asyncio.gather(*(kill_group(g, grace) for g in groups))
+        stopped = ", ".join(
+            f"process group {g}, {n} process(es)" for g, n in zip(groups, counts, strict=True) if n
+        )
+        if not stopped:
             return ""
         log.warning(
-            "run %s of %s: its program was still running after the crash (process group %d, "
-            "%d process(es)): stopped it (SIGTERM, then SIGKILL after %g s)",
+            "run %s of %s: its program was still running after the crash (%s): stopped it "
+            "(SIGTERM, then SIGKILL after %g s)",
             row.run_id,
             row.trigger_id,
-            pgid,
-            n,
+            stopped,
             grace,
             extra=extra,
         )
         return (
-            f"anyrtd: the program was still running when the daemon started again; its "
-            f"process group {pgid} ({n} process(es)) was stopped\n"
+            "anyrtd: the program was still running when the daemon started again; it was "
+            f"stopped ({stopped})\n"
         )
 
     def record_outcome(self, row: RunRow, outcome: RunOutcome, entry: Entry | None) -> None:

@@ -17,7 +17,22 @@ import pytest
 from control_support import ServeProcess
 from support import put_triggers, server_runs, wait_until
 
-from anyrtd.runner.process import group_members, kill_group, leftover_group, process_start
+from anyrtd.client import ServerClient
+from anyrtd.clock import SystemClock
+from anyrtd.firing import Firing
+from anyrtd.metrics import Stats
+from anyrtd.records import RecordCache
+from anyrtd.registry import Registry
+from anyrtd.rows import RunRow
+from anyrtd.runner import Runner
+from anyrtd.runner.process import (
+    group_members,
+    kill_group,
+    leftover_group,
+    process_start,
+    run_groups,
+)
+from anyrtd.unit import Unit
 
 LINUX = Path("/proc/sys/kernel/random/boot_id").exists()
 pytestmark = pytest.mark.skipif(not LINUX, reason="a process's start time is read from /proc")
@@ -60,6 +75,82 @@ async def test_a_group_whose_leader_exited_is_still_stopped(
     assert await kill_group(group.pid, 1.0) == 1
     assert group_members(group.pid) == 0
     assert not leftover_group(group.pid, started)
+
+
+def start_group(run_id: str) -> subprocess.Popen[bytes]:
+    """Start a two-member group with `ANYRTD_RUN_ID` set, as the runner starts a command."""
+    proc = subprocess.Popen(
+        ["/bin/sh", "-c", "sleep 60 & exec sleep 60"],
+        start_new_session=True,
+        env={**os.environ, "ANYRTD_RUN_ID": run_id},
+    )
+    wait_until(lambda: group_members(proc.pid) == 2, timeout=10, what="both members")
+    return proc
+
+
+@pytest.fixture
+def started() -> Iterator[list[subprocess.Popen[bytes]]]:
+    procs: list[subprocess.Popen[bytes]] = []
+    yield procs
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def firing(tmp_path: Path) -> Firing:
+    runner = Runner(
+        client=ServerClient("http://127.0.0.1:9"),
+        clock=SystemClock(),
+        agent_name="bao",
+        space="bao",
+        commands={},
+        kill_grace_s=0.2,
+    )
+    records = RecordCache()
+    return Firing(
+        registry=Registry(),
+        records=records,
+        unit=Unit(records, on_outbox=lambda: None),
+        runner=runner,
+        stats=Stats(),
+        clock=SystemClock(),
+    )
+
+
+def open_row(run_id: str, **kw: Any) -> RunRow:
+    return RunRow(run_id, None, "test:x@v1", "me", None, time.time() - 5, **kw)
+
+
+async def test_a_run_whose_group_was_not_kept_yet_is_found_by_its_run_id(
+    tmp_path: Path, started: list[subprocess.Popen[bytes]]
+) -> None:
+    # A crash between the start of the command and the write of its group: the group is
+    # found by the run id the runner put in the command's environment.
+    mine, other = start_group("run-crashed"), start_group("run-of-someone-else")
+    started += [mine, other]
+    assert run_groups(["run-crashed", "nobody"]) == {"run-crashed": {mine.pid}}
+    row = open_row("run-crashed")
+    await firing(tmp_path).close_interrupted([row], time.time())
+    assert group_members(mine.pid) == 0
+    assert group_members(other.pid) == 2
+    assert row.status == "interrupted"
+    assert row.output == (
+        "anyrtd: the program was still running when the daemon started again; it was "
+        f"stopped (process group {mine.pid}, 2 process(es))\n"
+    )
+
+
+async def test_a_kept_group_whose_leader_id_was_given_to_another_process_is_left_alone(
+    tmp_path: Path, started: list[subprocess.Popen[bytes]]
+) -> None:
+    stranger = start_group("run-other")
+    started.append(stranger)
+    boot, _, ticks = (process_start(stranger.pid) or "").partition(":")
+    row = open_row("run-old", process_group=stranger.pid, process_start=f"{boot}:{int(ticks) - 1}")
+    await firing(tmp_path).close_interrupted([row], time.time())
+    assert group_members(stranger.pid) == 2
+    assert row.status == "interrupted" and row.output == ""
 
 
 @pytest.fixture

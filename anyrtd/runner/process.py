@@ -13,7 +13,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 log = logging.getLogger("anyrtd.runner")
 
@@ -184,3 +184,55 @@ def leftover_group(pgid: int, started: str | None) -> bool:
         return now == started
     boot = _boot_id()
     return boot is not None and started.partition(":")[0] == boot and group_members(pgid) != 0
+
+
+RUN_ID_VAR = b"ANYRTD_RUN_ID="
+
+
+def _run_id(pid: int | str) -> str | None:
+    """Return the `ANYRTD_RUN_ID` in process `pid`'s environment, if any."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            environ = fh.read()
+    except OSError:
+        return None
+    for entry in environ.split(b"\0"):
+        if entry.startswith(RUN_ID_VAR):
+            return entry[len(RUN_ID_VAR) :].decode(errors="replace")
+    return None
+
+
+def run_groups(run_ids: Collection[str]) -> dict[str, set[int]]:
+    """Return the process groups of the processes whose environment names one of `run_ids`.
+
+    For runs whose group was not kept (a crash between the start of a command and that
+    write): the runner gives each command `ANYRTD_RUN_ID`. A group counts when its leader
+    carries the same run id, or has exited; a process that joined a stranger's group does
+    not bring that group in. One pass over /proc; empty where /proc does not say.
+    """
+    wanted = set(run_ids)
+    found: dict[str, set[int]] = {}
+    if not wanted:
+        return found
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    own = os.getpgrp()
+    for name in entries:
+        if not name.isdigit() or (run_id := _run_id(name)) not in wanted:
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) < 3 or fields[0] in (b"Z", b"X"):
+            continue
+        pgid = int(fields[2])
+        if pgid == own:
+            continue
+        if pgid == int(name) or not os.path.exists(f"/proc/{pgid}") or _run_id(pgid) == run_id:
+            found.setdefault(run_id, set()).add(pgid)
+    return found
