@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, cast
 
-from anyrtd import standing
+from anyrtd import history, standing
 from anyrtd.apply import Apply
 from anyrtd.chat import CHAT_WATCH_PROGRAM, ChatWatch
 from anyrtd.claims import Fence
@@ -204,6 +204,7 @@ class Daemon:
             asyncio.create_task(self._loop(self._timer_loop), name="anyrtd-timer"),
             asyncio.create_task(self._loop(self._sync_loop), name="anyrtd-sync"),
             asyncio.create_task(self._loop(self._outbox_loop), name="anyrtd-outbox"),
+            asyncio.create_task(self._loop(self.role.follow_spaces), name="anyrtd-spaces"),
         ]
         if self.gate.poll_interval_s is not None:
             self._tasks.append(
@@ -413,13 +414,11 @@ class Daemon:
         raw = None if isinstance(parsed, TriggerDef) else self.records.raw(trigger_id)
         return TriggerFacts(trigger_id, entry, parsed, raw, self.peer_id, self.clock.now())
 
-    async def runs(
-        self, *, trigger_id: str | None = None, status: str | None = None, limit: int = 50
-    ) -> Sequence[RunRow]:
-        rows = await self.db_call(
-            lambda m: m.runs(trigger_id=trigger_id, status=status, limit=limit)
-        )
-        return cast(list[RunRow], rows)
+    async def runs(self, **query: Any) -> Sequence[RunRow]:
+        return cast(list[RunRow], await self.db_call(lambda m: m.runs(**query)))
+
+    async def trigger_runs(self, tid: str, /, **query: Any) -> history.RunHistory:
+        return await history.trigger_runs(self.client, self.places, self.db_call, tid, **query)
 
     async def run(self, run_id: str) -> RunRow | None:
         return cast(RunRow | None, await self.db_call(lambda m: m.run(run_id)))

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from anyrtd.client import Reach
+from anyrtd.history import TRIGGER_RUNS, RunHistory
 from anyrtd.metrics import Stats
 from anyrtd.model import Malformed, TriggerDef
 from anyrtd.registry import Entry
@@ -115,6 +116,14 @@ class Port(Protocol):
         self, *, trigger_id: str | None = None, status: str | None = None, limit: int = 50
     ) -> Sequence[RunRow]:
         """Return the newest runs on this device, newest first."""
+        ...
+
+    async def trigger_runs(
+        self, trigger_id: str, /, *, status: str | None = None, limit: int = TRIGGER_RUNS
+    ) -> RunHistory:
+        """Return a trigger's newest runs on every device (the server's `agent_runs`, with this
+        device's runs not yet synced laid over), or this device's alone when the server is
+        away; the answer says which."""
         ...
 
     async def run(self, run_id: str) -> RunRow | None:

@@ -110,6 +110,12 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def duration_ms(started_at: float, ended_at: float) -> int:
+    """Return a run's `durationMs`: `endedAt - startedAt` of its record, which carries both
+    to the millisecond, so that the three fields always agree."""
+    return max(0, round((round(ended_at, 3) - round(started_at, 3)) * 1000))
+
+
 def run_record(row: RunRow) -> dict[str, Any]:
     """Return the `agent_runs` record of a run: the seeds' fields, `scheduledAt` and `fuel`."""
     result = row.result
@@ -137,6 +143,46 @@ def run_record(row: RunRow) -> dict[str, Any]:
         "title": result.get("title"),
         "scheduledAt": row.scheduled_at,
     }
+
+
+def run_row(record: Mapping[str, Any]) -> RunRow | None:
+    """Return the run an `agent_runs` record describes (any device's), or None when it lacks
+    a run id or a start time. What a program reported comes back as the row's `result`; the
+    error text and the output stay on the device that ran it."""
+    run_id = record.get("runId", record.get("id"))
+    started: Any = record.get("startedAt")
+    if not isinstance(run_id, str) or not _is_number(started):
+        return None
+
+    def text(key: str) -> str | None:
+        value = record.get(key)
+        return value if isinstance(value, str) else None
+
+    def number(key: str) -> float | None:
+        value: Any = record.get(key)
+        return float(value) if _is_number(value) else None
+
+    duration = record.get("durationMs")
+    result, _ = normalize_result(
+        {k: v for k, v in record.items() if k in RESULT_KEYS and v is not None}
+    )
+    return RunRow(
+        run_id=run_id,
+        trigger_id=text("triggerId"),
+        program=text("program") or "",
+        device=text("device") or "",
+        scheduled_at=number("scheduledAt"),
+        started_at=float(started),
+        status=text("status") or RunStatus.RUNNING,
+        ended_at=number("endedAt"),
+        duration_ms=duration if _is_int(duration) else None,
+        error_type=text("errorType"),
+        result=result,
+    )
+
+
+RESULT_KEYS = frozenset((*COUNT_KEYS, *TEXT_KEYS, *NUMBER_KEYS, "tokens"))
+"""The `agent_runs` fields that carry what a program reported."""
 
 
 @dataclass(frozen=True, slots=True)

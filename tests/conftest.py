@@ -231,6 +231,7 @@ PROCESS_MODULES = frozenset(
         "test_cli_client",
         "test_cli_completion",
         "test_control_fuzz",
+        "test_control_records",
         "test_control_process",
         "test_dev",
         "test_devserver_cli",
