@@ -165,6 +165,7 @@ class Firing:
                 self.unit.save(entry.row)
                 if entry.running:
                     self.stats.overlap_skips += 1
+                    self.stats.overlap_by_trigger[defn.id] += 1
                     log.info(
                         "skipped %s at %s: the previous run is still running",
                         defn.id,
@@ -283,7 +284,7 @@ class Firing:
         )
         for row, note in zip(rows, notes, strict=True):
             outcome = RunOutcome(
-                status=RunStatus.INTERRUPTED.value,
+                status=RunStatus.INTERRUPTED,
                 error_type=None,
                 error="the daemon stopped while the run was in flight",
                 started_at=row.started_at,
