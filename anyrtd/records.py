@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from anyrtd.model import Malformed, TriggerDef, parse_record
+from anyrtd.model import Malformed, TriggerDef, parse_record, with_runtime
 
 
 @dataclass(slots=True)
@@ -111,7 +111,14 @@ class RecordCache:
             overlay.unset.add(key)
         overlay.outstanding += 1
         if rid in self._base:
-            self._store(rid, json.loads(self._base[rid]), self._base[rid])
+            parsed = self.parsed.get(rid)
+            # A fire's writes (a once's consumption, a run's rollup) leave the definition
+            # core alone: lay them over the parsed definition instead of parsing it all again.
+            quick = with_runtime(parsed, fields, unset) if isinstance(parsed, TriggerDef) else None
+            if quick is not None:
+                self.parsed[rid] = quick
+            else:
+                self._store(rid, json.loads(self._base[rid]), self._base[rid])
 
     def acked(self, rid: str, version: int | None) -> None:
         """Note that the server took one of this device's writes to `rid`, at `version`."""
