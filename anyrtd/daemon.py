@@ -78,7 +78,7 @@ class Daemon:
         self.last_tick_mono: float | None = None
         self.outbox_depth = 0
         self.runs_today = 0
-        self._last_verdict: str | None = None
+        self._reconciled_as: tuple[str | None, str | None] = (None, None)  # (verdict, peer id)
         self._dirty: set[str] = set()
         self._wake = asyncio.Event()
         self._rearm = asyncio.Event()
@@ -168,9 +168,9 @@ class Daemon:
         await db.call(lambda m: m.ensure_schema(create=True))
         snap = await db.call(Mirror.snapshot)
         now = self.clock.now()
-        # The mirror holds the outcome of a whole reconcile under this verdict: a restart
-        # under the same verdict needs to reconcile only what changes from here on.
-        self._last_verdict = snap.meta.get("verdict")
+        # The mirror holds the outcome of a whole reconcile under this verdict and peer id: a
+        # restart under the same ones needs to reconcile only what changes from here on.
+        self._reconciled_as = (snap.meta.get("verdict"), snap.meta.get("peer_id"))
         self.sync_stage.restore(snap.meta, snap.tombstones)
         await self.sync_stage.load(db)
         self.apply.restore(snap.entries, now)
@@ -281,8 +281,8 @@ class Daemon:
         self._dirty |= self.sync_stage.apply_buffered()
         verdict = self.gate.verdict
         ids: set[str]
-        if verdict != self._last_verdict:
-            self._last_verdict = verdict
+        if (verdict, self.peer_id) != self._reconciled_as:
+            self._reconciled_as = (verdict, self.peer_id)
             self.unit.meta({"verdict": verdict})
             ids = set(self.records.ids()) | set(self.registry.entries)
             self._dirty.clear()
@@ -314,7 +314,7 @@ class Daemon:
         now = self.clock.now()
         sync = self.sync_stage
         if not sync.resolved:
-            await sync.resolve(now)
+            await sync.resolve(now, self.gate.self_id)
             if not sync.resolved:
                 return 0
         if sync.full_read_due(now, self.config.full_resync_s):
@@ -392,8 +392,9 @@ class Daemon:
     async def _election_loop(self) -> None:
         await asyncio.sleep(self.gate.poll_interval_s or 60.0)
         before = self.gate.verdict
-        if await self.gate.poll() != before:
-            self._wake.set()  # the next tick reconciles every id under the new verdict
+        verdict = await self.gate.poll()
+        if self.sync_stage.follow(self.gate.self_id) or verdict != before:
+            self._wake.set()  # the next tick reconciles every id under the new verdict or peer
 
     async def _outbox_loop(self) -> None:
         with contextlib.suppress(TimeoutError):
@@ -440,6 +441,7 @@ class Daemon:
             triggers=len(self.registry),
             server_resolved=self.places is not None,
             last_error=self.stats.last_error,
+            degraded=tuple(r for r in (self.gate.degraded,) if r),
         )
 
     async def metrics(self) -> Metrics:

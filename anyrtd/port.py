@@ -56,6 +56,8 @@ class Health:
     """Registry entries."""
     server_resolved: bool
     last_error: str | None
+    degraded: tuple[str, ...] = ()
+    """Why the daemon is doing its job only in part (each reason one line); empty when not."""
 
 
 @dataclass(frozen=True)

@@ -86,7 +86,7 @@ class ServeProcess:
         self._check_alive()
         with self.http() as client:
             resp = client.get("/healthz")
-        return resp.status_code == 200 and resp.json().get("status") == "ok"
+        return resp.status_code == 200 and resp.json().get("status") in ("ok", "degraded")
 
     def http(self, **kwargs: Any) -> httpx.Client:
         """Return a client of the control API (over the unix socket or TCP)."""

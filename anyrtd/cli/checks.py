@@ -222,6 +222,14 @@ class _Doctor:
                 )
             else:
                 self.add("control", "ok", detail)
+        elif status == "degraded":
+            self.add(
+                "control",
+                "warn",
+                f"daemon at {self.config.listen} ticking, degraded: "
+                + "; ".join(str(r) for r in health.get("reasons") or ()),
+                "see the daemon's log (`journalctl -u anyrtd`)",
+            )
         else:
             self.add(
                 "control",

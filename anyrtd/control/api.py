@@ -347,11 +347,14 @@ async def election(request: web.Request) -> web.Response:
 
 
 async def healthz(request: web.Request) -> web.Response:
-    """GET /healthz: liveness and the age of the last tick (503 when ticks have stalled)."""
+    """GET /healthz: liveness and the age of the last tick (503 when ticks have stalled);
+    `degraded` (still 200) with `reasons` when part of the job cannot be done."""
     health = _port(request).health()
     age = health.last_tick_age
     stale_after = max(3 * health.tick_s, 30.0)
     status = "starting" if age is None else "ok" if age <= stale_after else "stale"
+    if status == "ok" and health.degraded:
+        status = "degraded"  # doing its job in part: still 200, so a supervisor keeps it
     body = {
         "status": status,
         "version": __version__,
@@ -365,8 +368,9 @@ async def healthz(request: web.Request) -> web.Response:
         "triggers": health.triggers,
         "serverResolved": health.server_resolved,
         "lastError": health.last_error,
+        "reasons": list(health.degraded),
     }
-    return web.json_response(body, status=200 if status == "ok" else 503)
+    return web.json_response(body, status=200 if status in ("ok", "degraded") else 503)
 
 
 async def metrics(request: web.Request) -> web.Response:

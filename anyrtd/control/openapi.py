@@ -183,7 +183,7 @@ _SCHEMAS: dict[str, Any] = {
         "type": "object",
         "required": ["status", "lastTickAt", "lastTickAgeS"],
         "properties": {
-            "status": {"type": "string", "enum": ["ok", "stale", "starting"]},
+            "status": {"type": "string", "enum": ["ok", "degraded", "stale", "starting"]},
             "version": {"type": "string"},
             "now": {"type": "number"},
             "lastTickAt": _NUM_OR_NULL,
@@ -195,6 +195,11 @@ _SCHEMAS: dict[str, Any] = {
             "triggers": {"type": "integer"},
             "serverResolved": {"type": "boolean"},
             "lastError": _STR_OR_NULL,
+            "reasons": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Why the status is degraded; empty otherwise.",
+            },
         },
     },
 }
@@ -312,7 +317,7 @@ def _paths() -> dict[str, Any]:
             "get": {
                 "summary": "Liveness and the age of the last tick.",
                 "responses": {
-                    "200": _json(_ref("Health"), "Ticking."),
+                    "200": _json(_ref("Health"), "Ticking (ok, or degraded: see reasons)."),
                     "503": _json(_ref("Health"), "Not ticking (stalled, or starting)."),
                 },
             }

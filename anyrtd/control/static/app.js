@@ -352,7 +352,7 @@ async function loadWords() {
     const tick = h.lastTickAgeS === null || h.lastTickAgeS === undefined ? "no tick yet" : `last tick ${h.lastTickAgeS.toFixed(1)} s ago`;
     const server = h.serverResolved ? "reachable" : "not yet";
     const cards = [
-      card("daemon", h.status || "?", h.status === "ok" ? "good" : h.status === "starting" ? "warn" : "bad", `${tick} · ${h.version ? "v" + h.version : ""}`, "h-daemon"),
+      card("daemon", h.status || "?", h.status === "ok" ? "good" : h.status === "starting" || h.status === "degraded" ? "warn" : "bad", `${tick} · ${h.version ? "v" + h.version : ""}`, "h-daemon"),
       card("server", server, h.serverResolved && !h.lastError ? "good" : h.serverResolved ? "warn" : "bad", h.lastError ? `last error: ${h.lastError}` : "datasets resolved", "h-server"),
       card("outbox", d.outboxDepth ?? "?", d.outboxDepth ? "warn" : "good", "writes waiting for the server", "h-outbox"),
       card("markers", markers, markers ? "bad" : "good", markerNote || "every held trigger can fire", "h-markers"),
