@@ -5,12 +5,15 @@ boot, and the `anyrt-<pid>` stamp of a process that is gone."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from conftest import anyrtd_command
 from control_support import ServeProcess
 from support import wait_until
 
@@ -172,6 +175,13 @@ def test_a_registry_failing_at_boot_means_single_device_mode_with_a_stamp(
     assert len(health["reasons"]) == 1 and "devices registry" in health["reasons"][0]
     log = serve.log.read_text()
     assert log.count("election disabled for this run") == 1, log
+    env = {**os.environ, "ANYRTD_SERVER": devserver.url, "ANYRTD_LISTEN": serve.listen}
+    env["ANYRTD_STATE_DIR"] = str(serve.state)
+    done = subprocess.run(
+        [*anyrtd_command(), "doctor", "--json"], capture_output=True, text=True, env=env, timeout=60
+    )
+    control = next(c for c in json.loads(done.stdout) if c["name"] == "control")
+    assert control["status"] == "warn" and "degraded" in control["detail"], control
 
 
 def test_a_registry_failing_at_boot_keeps_the_peer_id_it_gave_so_pins_fire(
