@@ -1,5 +1,4 @@
-"""The daemon: wires the stages together and owns the loops (tick, timer, sync, outbox,
-election).
+"""The daemon: wires the stages together and owns the loops (tick, timer, sync, outbox, poll).
 
 The stages take what they need as arguments: `unit` (the step's writes and the group
 commit), `sync` (the server's records → the record cache), `apply` (a reconcile plan →
@@ -29,6 +28,7 @@ from anyrtd.election import AlwaysActive, Gate
 from anyrtd.firing import Firing
 from anyrtd.metrics import Stats
 from anyrtd.mirror import AsyncMirror, Mirror
+from anyrtd.mirror_guard import MirrorFault
 from anyrtd.model import TriggerDef
 from anyrtd.outbox import RUNS, TRIGGERS, DrainResult, drain
 from anyrtd.places import Places
@@ -244,6 +244,10 @@ class Daemon:
                 await body()
             except asyncio.CancelledError:
                 raise
+            except MirrorFault as exc:  # serve stops the process on it: no retry, no traceback
+                self.stats.last_error = str(exc)
+                log.error("loop %s stopped: %s", body.__name__, exc)
+                return
             except Exception as exc:
                 self.stats.last_error = f"{exc.__class__.__name__}: {exc}"
                 log.exception("loop %s failed; retrying", body.__name__)
@@ -307,9 +311,8 @@ class Daemon:
 
         Resolve the server when not yet done, re-read every record when a full read is
         due (the first one, every `full_resync_s`, or every step without a change feed),
-        else follow the change feed, long-polling up to `wait` s, and route the new chat
-        messages to the event triggers. The tick applies what was buffered, so a tick
-        itself never waits on the network.
+        else follow the change feed (long-polling up to `wait` s) and route new chat
+        messages to the event triggers. A tick applies what this buffered: it never waits.
         """
         now = self.clock.now()
         sync = self.sync_stage

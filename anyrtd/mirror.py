@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sqlite3
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
@@ -45,12 +47,33 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.pool import ConnectionPoolEntry
 
+from anyrtd.mirror_guard import (
+    AT_RISK,
+    REBUILD,
+    FileId,
+    MirrorCorrupt,
+    MirrorFault,
+    MirrorLost,
+    MirrorUnusable,
+    check_same_file,
+    file_id,
+    lost,
+    read_marker,
+    rebuild,
+    write_marker,
+)
 from anyrtd.rows import Batch, EntryRow, OutboxItem, RunRow
 from anyrtd.vocab import RunStatus
 
 T = TypeVar("T")
+log = logging.getLogger("anyrtd.mirror")
+
+MIRROR_ID = "mirror_id"
+"""The `meta` key of the mirror's own id, which the state directory's marker names too."""
+UPGRADE = "`anyrtd db upgrade` (with the same --state-dir)"
 
 metadata = MetaData()
 """The mirror's tables as the migrations leave them at head (tests/test_mirror_schema.py checks).
@@ -127,8 +150,12 @@ tombstones_table = Table(
 )
 
 
-class SchemaNotAtHead(Exception):
+class SchemaNotAtHead(MirrorFault):
     """The mirror's schema is older (or newer) than this anyrtd expects."""
+
+
+class SchemaUnversioned(SchemaNotAtHead):
+    """The mirror has tables but no schema revision: anyrtd did not make it, or not all of it."""
 
 
 @dataclass(frozen=True)
@@ -160,11 +187,31 @@ class Mirror:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.url = f"sqlite:///{path}"
         self.engine: Engine = create_engine(self.url)
+        self.mirror_id: str | None = None
+        self.opened: FileId | None = None
+        """The file's identity once `ensure_schema` passed: checked before each use."""
+        self._unmarked = False
+        self._marker_failed = False
         event.listen(self.engine, "connect", _on_connect)
-        event.listen(self.engine, "begin", _on_begin)
+        event.listen(self.engine, "begin", self._on_begin)
+        event.listen(self.engine, "handle_error", self._on_error)
 
     def close(self) -> None:
         self.engine.dispose()
+
+    def _on_begin(self, conn: Connection) -> None:
+        self.check_file()
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    def _on_error(self, context: ExceptionContext) -> None:
+        fault = sqlite_fault(self.path, context.original_exception, opening=self.opened is None)
+        if fault is not None:
+            raise fault
+
+    def check_file(self) -> None:
+        """Raise `MirrorLost` when the file opened is deleted or replaced (one stat)."""
+        if self.opened is not None:
+            check_same_file(self.path, self.opened)
 
     # schema
 
@@ -175,6 +222,11 @@ class Mirror:
             current = MigrationContext.configure(conn).get_current_revision()
         return current, head
 
+    def known_revision(self, revision: str) -> bool:
+        """Return whether this anyrtd's migrations know `revision`."""
+        script = ScriptDirectory.from_config(alembic_config(self.url))
+        return any(s.revision == revision for s in script.walk_revisions())
+
     def upgrade(self) -> None:
         """Bring the schema to head."""
         cfg = alembic_config(self.url)
@@ -183,21 +235,117 @@ class Mirror:
             command.upgrade(cfg, "head")
 
     def is_empty(self) -> bool:
+        """Return whether the mirror has no tables (a missing file has none)."""
+        if not self.path.exists():
+            return True
         with self.engine.connect() as conn:
             n = conn.exec_driver_sql("SELECT count(*) FROM sqlite_master").scalar_one()
         return int(n) == 0
 
-    def ensure_schema(self, *, create: bool) -> None:
-        """Create a brand-new mirror at head when `create`; refuse a mirror not at head."""
-        if create and self.is_empty():
-            self.upgrade()
-            return
+    def check_revision(self) -> None:
+        """Raise `SchemaNotAtHead` (saying what to do) unless the mirror is at head."""
         current, head = self.revisions()
-        if current != head:
-            raise SchemaNotAtHead(
-                f"the mirror {self.path} is at schema revision {current or 'none'}, "
-                f"this anyrtd needs {head}: run `anyrtd db upgrade` (with the same --state-dir)"
+        if current == head:
+            return
+        if current is None:
+            raise SchemaUnversioned(
+                f"the mirror {self.path} has tables but no schema revision (no alembic_version "
+                f"table): anyrtd did not make it, or did not finish; run {REBUILD} to move it "
+                f"aside and start afresh (this loses {AT_RISK})"
             )
+        if not self.known_revision(current):
+            raise SchemaNotAtHead(
+                f"the mirror {self.path} is at schema revision {current}, which this anyrtd does "
+                f"not know (its newest is {head}): a newer anyrtd wrote it; upgrade anyrtd to "
+                "that version or later (`anyrtd db upgrade` cannot go forward to it)"
+            )
+        raise SchemaNotAtHead(
+            f"the mirror {self.path} is at schema revision {current}, "
+            f"this anyrtd needs {head}: run {UPGRADE}"
+        )
+
+    def upgrade_checked(self) -> str | None:
+        """Bring the schema to head as `anyrtd db upgrade` does; return the revision before.
+
+        Raise a `MirrorFault` instead where an upgrade cannot help: a lost mirror (the state
+        directory's marker says it had one), a damaged one, an unversioned or a newer one.
+        """
+        if self.is_empty():
+            if read_marker(self.path) is not None:
+                raise lost(self.path, "is missing" if not self.path.exists() else "is empty")
+            self.upgrade()
+            return None
+        current, _ = self.revisions()
+        try:
+            self.check_revision()
+        except SchemaNotAtHead:
+            if current is None or not self.known_revision(current):
+                raise
+        self.upgrade()
+        return current
+
+    def ensure_schema(self, *, create: bool) -> None:
+        """Open the mirror for the daemon, or raise a `MirrorFault` that says what to do.
+
+        A state directory that never had a mirror gets a new one at head when `create`. One
+        that had a mirror (its marker says so) refuses a missing, empty or other one. The
+        mirror must be at head and writable; its file's identity is kept for `check_file`.
+        """
+        had = read_marker(self.path)
+        if self.is_empty():
+            if had is not None:
+                raise lost(self.path, "is missing" if not self.path.exists() else "is empty")
+            if not create:
+                raise SchemaNotAtHead(f"there is no mirror at {self.path}: run {UPGRADE}")
+            self.upgrade()
+        else:
+            self.check_revision()
+        self._adopt_id(had)
+        self.opened = file_id(self.path)
+
+    def _adopt_id(self, had: str | None) -> None:
+        """Read (or give) the mirror its id and check it against the marker `had`.
+
+        A write transaction, so a mirror anyrtd cannot write fails here, at start.
+        """
+        with self.engine.begin() as conn:
+            found = conn.execute(
+                select(meta_table.c.value).where(meta_table.c.key == MIRROR_ID)
+            ).scalar_one_or_none()
+            if had is not None and found is not None and found != had:
+                other = f"is another mirror (its id is {found}, the state directory had {had})"
+                raise lost(self.path, other)
+            # No id: a mirror from before the marker, say a backup restored; it is taken as
+            # the one the marker names.
+            found = found or had or uuid.uuid4().hex
+            # Written even when it is there: a read-only file lets BEGIN IMMEDIATE pass and
+            # fails only on a write.
+            stmt = sqlite_insert(meta_table).values(key=MIRROR_ID, value=found)
+            conn.execute(stmt.on_conflict_do_update(index_elements=["key"], set_={"value": found}))
+            holds_state = _holds_state(conn)
+        self.mirror_id = found
+        self._unmarked = had is None
+        if self._unmarked and holds_state:
+            # A mirror from before the marker, or a crash between its first commit and the
+            # marker: it holds state, so the directory has a mirror from now on.
+            self._mark()
+
+    def _mark(self) -> None:
+        """Write the state directory's marker once the mirror holds state; never raise."""
+        assert self.mirror_id is not None
+        try:
+            write_marker(self.path, self.mirror_id)
+        except OSError as exc:
+            if not self._marker_failed:
+                self._marker_failed = True
+                log.warning(
+                    "cannot write the marker beside %s (%s): a deleted mirror would not be "
+                    "noticed at the next start",
+                    self.path,
+                    exc.strerror,
+                )
+            return
+        self._unmarked = False
 
     # reading
 
@@ -276,6 +424,8 @@ class Mirror:
             return
         with self.engine.begin() as conn:
             _write_batch(conn, batch, now)
+        if self._unmarked and self.mirror_id is not None:
+            self._mark()
 
     def ack_outbox(self, seqs: Iterable[int]) -> None:
         seqs = list(seqs)
@@ -411,8 +561,78 @@ def _on_connect(dbapi_conn: sqlite3.Connection, record: ConnectionPoolEntry) -> 
     cur.close()
 
 
-def _on_begin(conn: Connection) -> None:
-    conn.exec_driver_sql("BEGIN IMMEDIATE")
+def _holds_state(conn: Connection) -> bool:
+    """Return whether the mirror holds anything beyond its schema and its own id."""
+    for table in (records_table, entries_table, runs_table, outbox_table, tombstones_table):
+        if conn.execute(select(1).select_from(table).limit(1)).first() is not None:
+            return True
+    other_meta = select(1).select_from(meta_table).where(meta_table.c.key != MIRROR_ID).limit(1)
+    return conn.execute(other_meta).first() is not None
+
+
+# SQLite's primary result codes (the low byte of an extended code) that mean the mirror
+# cannot be used as it is: a restart would meet them again.
+SQLITE_PERM, SQLITE_READONLY, SQLITE_CORRUPT, SQLITE_CANTOPEN, SQLITE_NOTADB = 3, 8, 11, 14, 26
+SQLITE_READONLY_DBMOVED = 1032
+
+
+def sqlite_fault(path: Path, exc: BaseException, *, opening: bool) -> MirrorFault | None:
+    """Return the `MirrorFault` a SQLite error on the mirror at `path` means, if any.
+
+    A file that cannot be opened is a fault only while `opening`: once the mirror is open,
+    the same code can come from a passing shortage (no descriptor left), which a retry mends.
+    """
+    code = getattr(exc, "sqlite_errorcode", None)
+    if not isinstance(code, int):
+        return None
+    if code == SQLITE_READONLY_DBMOVED:
+        return MirrorLost(
+            f"the mirror {path} was moved or deleted while anyrtd ran ({exc}): restore it, or "
+            f"run {REBUILD} to start afresh (this loses {AT_RISK})"
+        )
+    primary = code & 0xFF
+    if primary in (SQLITE_CORRUPT, SQLITE_NOTADB):
+        return MirrorCorrupt(
+            f"the mirror {path} is damaged ({exc}): restore it from a backup, or run "
+            f"{REBUILD} to move it aside and start afresh (this loses {AT_RISK})"
+        )
+    if primary == SQLITE_READONLY:
+        return MirrorUnusable(
+            f"the mirror {path} cannot be written ({exc}): give the user anyrtd runs as "
+            f"write access to it, to its -wal and -shm files and to {path.parent}"
+        )
+    if primary in (SQLITE_CANTOPEN, SQLITE_PERM) and opening:
+        return MirrorUnusable(
+            f"the mirror {path} cannot be opened ({exc}): it must be a file the user anyrtd "
+            f"runs as may read and write, in a directory it may write ({path.parent})"
+        )
+    return None
+
+
+def rebuild_if_lost(path: Path) -> str | None:
+    """Move aside a mirror that is lost, damaged or not anyrtd's; keep a good one.
+
+    For `anyrtd serve --rebuild-mirror`: return what was done, or None when the mirror
+    was fine. Other faults (an old or newer schema, permissions) are raised: starting
+    afresh would not mend them.
+    """
+    mirror = Mirror(path)
+    try:
+        mirror.ensure_schema(create=False)
+        return None
+    except MirrorLost:
+        reason = "--rebuild-mirror: it was missing, empty or another mirror"
+    except MirrorCorrupt:
+        reason = "--rebuild-mirror: it was damaged"
+    except SchemaUnversioned:
+        reason = "--rebuild-mirror: it had tables but no schema revision"
+    except SchemaNotAtHead:
+        if not mirror.is_empty():
+            raise
+        return None  # a new state directory: the daemon makes its first mirror
+    finally:
+        mirror.close()
+    return rebuild(path, reason)
 
 
 class AsyncMirror:
@@ -421,12 +641,30 @@ class AsyncMirror:
     def __init__(self, mirror: Mirror) -> None:
         self.mirror = mirror
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="anyrtd-db")
+        self.fault: MirrorFault | None = None
+        self.faulted = asyncio.Event()
 
     async def call(self, fn: Callable[[Mirror], T]) -> T:
-        """Run `fn(mirror)` on the mirror's thread and return its result."""
+        """Run `fn(mirror)` on the mirror's thread and return its result.
+
+        The file's identity is checked first (one stat). A `MirrorFault` is kept in `fault`
+        and sets `faulted`, for `anyrtd serve` to stop on: the mirror cannot be used.
+        """
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, fn, self.mirror)
+        try:
+            return await loop.run_in_executor(self._pool, _checked, fn, self.mirror)
+        except MirrorFault as exc:
+            if self.fault is None:
+                self.fault = exc
+                self.faulted.set()
+            raise
 
     async def close(self) -> None:
-        await self.call(Mirror.close)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._pool, self.mirror.close)
         self._pool.shutdown(wait=True)
+
+
+def _checked(fn: Callable[[Mirror], T], mirror: Mirror) -> T:
+    mirror.check_file()
+    return fn(mirror)

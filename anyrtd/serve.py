@@ -14,7 +14,8 @@ from anyrtd.config import Config, ConfigError
 from anyrtd.control.server import ControlServer, ControlStartError
 from anyrtd.daemon import Daemon
 from anyrtd.election import Election
-from anyrtd.mirror import SchemaNotAtHead
+from anyrtd.mirror import rebuild_if_lost
+from anyrtd.mirror_guard import MirrorFault
 from anyrtd.notify import Notifier, run_watchdog
 from anyrtd.statedir import StateDirError, hold_state_dir
 
@@ -25,7 +26,19 @@ REFUSED = "reload refused: "
 
 
 class StartError(Exception):
-    """The daemon cannot start; the message says why and what to do."""
+    """The daemon cannot start (or go on); the message says why and what to do.
+
+    `exit_status` is what `anyrtd serve` exits with: 1, or `EXIT_BROKEN_STATE` (65) when
+    the mirror is at fault and a restart would fail the same way.
+    """
+
+    def __init__(self, message: str, exit_status: int = 1) -> None:
+        super().__init__(message)
+        self.exit_status = exit_status
+
+    @classmethod
+    def of(cls, fault: MirrorFault) -> StartError:
+        return cls(str(fault), fault.exit_status)
 
 
 def settle_heap() -> None:
@@ -63,15 +76,19 @@ def watchdog_stall_after(tick_s: float, watchdog_interval: float | None) -> floa
 async def start_daemon(config: Config) -> tuple[Daemon, ControlServer]:
     """Open the mirror, listen on the control API and run the first reconcile.
 
-    Raise `StartError` (with what to do) when the mirror's schema is not at head or the
-    control API cannot listen; what was started is stopped again.
+    Raise `StartError` (with what to do) when the mirror cannot be used (lost, damaged,
+    unwritable, its schema not at head) or the control API cannot listen; what was started
+    is stopped again.
     """
     client = ServerClient(config.server)
     daemon = Daemon(config, client=client, gate=Election(client, poll_s=config.election_poll_s))
     try:
         await daemon.open()
-    except SchemaNotAtHead as exc:
-        raise StartError(str(exc)) from None
+    except MirrorFault as exc:
+        if daemon.db is not None:
+            await daemon.db.close()
+        await client.aclose()
+        raise StartError.of(exc) from None
     control = ControlServer(daemon, config.listen, config.token_file)
     try:
         await control.start()
@@ -80,6 +97,11 @@ async def start_daemon(config: Config) -> tuple[Daemon, ControlServer]:
         raise StartError(str(exc)) from None
     try:
         await daemon.start()
+    except MirrorFault as exc:
+        await control.stop()
+        with contextlib.suppress(MirrorFault):
+            await daemon.stop()
+        raise StartError.of(exc) from None
     except BaseException:
         await control.stop()
         await daemon.stop()
@@ -93,12 +115,23 @@ async def serve(
     *,
     reload: Callable[[], Config] | None = None,
     notifier: Notifier | None = None,
+    rebuild_mirror: bool = False,
 ) -> None:
-    """Run the daemon until SIGTERM or SIGINT; reload the config on SIGHUP."""
+    """Run the daemon until SIGTERM or SIGINT; reload the config on SIGHUP.
+
+    With `rebuild_mirror`, a mirror that is lost, damaged or not anyrtd's is moved aside
+    first and a new one made. Raise `StartError` when the daemon cannot start, or when its
+    mirror fails under it (deleted, replaced, damaged): it stops then, before writing more.
+    """
     try:
         hold_state_dir(config.state_dir)  # before anything is opened: one daemon per mirror
     except StateDirError as exc:
         raise StartError(str(exc)) from None
+    if rebuild_mirror:
+        try:
+            await asyncio.to_thread(rebuild_if_lost, config.mirror_path)
+        except MirrorFault as exc:
+            raise StartError.of(exc) from None
     notifier = notifier or Notifier()
     daemon, control = await start_daemon(config)
     stop = asyncio.Event()
@@ -120,17 +153,36 @@ async def serve(
         ),
         asyncio.create_task(_status_loop(daemon, notifier)),
     ]
-    await stop.wait()
+    fault = await _until_stopped(stop, daemon)
     notifier.stopping("stopping: letting in-flight runs finish")
     log.info("stopping")
     for task in helpers:
         task.cancel()
     for task in helpers:
-        with contextlib.suppress(asyncio.CancelledError):
+        # The status loop reads the mirror: it may have been the one to meet the fault.
+        with contextlib.suppress(asyncio.CancelledError, MirrorFault):
             await task
     await control.stop()
-    await daemon.stop()
-    log.info("stopped")
+    if fault is None:
+        await daemon.stop()
+        log.info("stopped")
+        return
+    with contextlib.suppress(MirrorFault):
+        await daemon.stop()  # its last commit fails on the same fault: nothing more is written
+    raise StartError.of(fault)
+
+
+async def _until_stopped(stop: asyncio.Event, daemon: Daemon) -> MirrorFault | None:
+    """Wait for a stop signal or a mirror fault; return the fault, if that came first."""
+    assert daemon.db is not None
+    faulted = daemon.db.faulted
+    waits = [asyncio.create_task(stop.wait()), asyncio.create_task(faulted.wait())]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in waits:
+            task.cancel()
+    return daemon.db.fault if not stop.is_set() else None
 
 
 async def _status_loop(daemon: Daemon, notifier: Notifier) -> None:

@@ -1,12 +1,12 @@
 """One daemon per state directory: an exclusive lock, held for the life of the process.
 
-Two daemons on one mirror would both fire everything. So `anyrtd serve`, `anyrtd dev` and
-`anyrtd db upgrade` take an exclusive `flock` on `anyrtd.lock` in the state directory
-before they open anything (the mirror, the control API socket, the devserver), and keep it
-until the process ends; the kernel releases it however the process ends, kill -9
-included, so a stale lock cannot be left behind. The file holds the holder's pid, which
-the refusal names. Its descriptor is not inherited by the programs the runner starts, so
-a program that outlives its daemon does not keep the directory locked.
+Two daemons on one mirror would both fire everything. So `anyrtd serve`, `anyrtd dev`,
+`anyrtd db upgrade` and `anyrtd db rebuild` take an exclusive `flock` on `anyrtd.lock` in
+the state directory before they open anything (the mirror, the control API socket, the
+devserver), and keep it until the process ends; the kernel releases it however the process
+ends, kill -9 included, so a stale lock cannot be left behind. The file holds the holder's
+pid, which the refusal names. Its descriptor is not inherited by the programs the runner
+starts, so a program that outlives its daemon does not keep the directory locked.
 """
 
 from __future__ import annotations

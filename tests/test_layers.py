@@ -23,6 +23,7 @@ FLOW: tuple[tuple[str, ...], ...] = (
     ("anyrtd.model",),
     ("anyrtd.records",),
     ("anyrtd.rows",),
+    ("anyrtd.mirror_guard",),
     ("anyrtd.mirror",),
     ("anyrtd.reconcile",),
     ("anyrtd.registry",),

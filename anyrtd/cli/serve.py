@@ -6,9 +6,11 @@ the client commands never load SQLAlchemy, Alembic or the aiohttp server.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,6 +26,7 @@ from anyrtd.cli.shared import (
     shared_options,
 )
 from anyrtd.config import DEFAULT_LISTEN, DEFAULT_SERVER, Config
+from anyrtd.mirror_guard import EXIT_BROKEN_STATE
 
 if TYPE_CHECKING:
     from anyrtd.dev import DevReady
@@ -47,8 +50,16 @@ LOG_LEVEL_OPTION = click.option(
     metavar="SECONDS",
     help="Seconds between election polls [default: 10].",
 )
+@click.option(
+    "--rebuild-mirror",
+    is_flag=True,
+    help="If the mirror is missing, emptied, damaged or not anyrtd's, move it aside and "
+    "start afresh (as `anyrtd db rebuild`); a good mirror is kept.",
+)
 @LOG_LEVEL_OPTION
-def serve(tick_s: str | None, election_poll_s: str | None, log_level: str) -> None:
+def serve(
+    tick_s: str | None, election_poll_s: str | None, rebuild_mirror: bool, log_level: str
+) -> None:
     """Run the scheduler daemon."""
     import asyncio
 
@@ -65,9 +76,22 @@ def serve(tick_s: str | None, election_poll_s: str | None, log_level: str) -> No
         return given.load(tick_s=tick_s, election_poll_s=election_poll_s)
 
     try:
-        asyncio.run(run_daemon(config, reload=reload))
+        asyncio.run(run_daemon(config, reload=reload, rebuild_mirror=rebuild_mirror))
     except StartError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise failure(str(exc), exc.exit_status) from None
+
+
+class BrokenState(click.ClickException):
+    """The mirror cannot be used as it is: a restart would fail the same way."""
+
+    exit_code = EXIT_BROKEN_STATE
+
+
+def failure(message: str, exit_status: int) -> click.ClickException:
+    """Return the one-line error that exits with `exit_status` (1 or `EXIT_BROKEN_STATE`)."""
+    if exit_status == EXIT_BROKEN_STATE:
+        return BrokenState(message)
+    return click.ClickException(message)
 
 
 @click.group()
@@ -80,41 +104,99 @@ def db() -> None:
 def db_upgrade(config: Config) -> None:
     """Bring the mirror's schema to the revision this anyrtd needs."""
     from anyrtd.mirror import Mirror
-    from anyrtd.statedir import StateDirError, hold_state_dir
 
-    try:
-        hold_state_dir(config.state_dir)  # not under a running daemon
-    except StateDirError as exc:
-        raise click.ClickException(str(exc)) from None
-    mirror = Mirror(config.mirror_path)
-    try:
-        before, head = mirror.revisions()
-        mirror.upgrade()
-    finally:
-        mirror.close()
+    hold(config)  # not under a running daemon
+    path = config.mirror_path
+    with mirror_faults(path):
+        mirror = Mirror(path)
+        try:
+            before = mirror.upgrade_checked()
+            _, head = mirror.revisions()
+        finally:
+            mirror.close()
     if before == head:
-        click.echo(f"{config.mirror_path}: already at {head}")
+        click.echo(f"{path}: already at {head}")
     else:
-        click.echo(f"{config.mirror_path}: upgraded {before or 'empty'} -> {head}")
+        click.echo(f"{path}: upgraded {before or 'empty'} -> {head}")
 
 
 @db.command("current")
 @pass_config
 def db_current(config: Config) -> None:
     """Show the mirror's schema revision and the one this anyrtd needs."""
-    from anyrtd.mirror import Mirror
+    from anyrtd.mirror import Mirror, SchemaNotAtHead
+    from anyrtd.mirror_guard import lost, read_marker
 
-    if not config.mirror_path.exists():
-        raise click.ClickException(
-            f"no mirror at {config.mirror_path}: run `anyrtd db upgrade` or start `anyrtd serve`"
-        )
-    mirror = Mirror(config.mirror_path)
+    path = config.mirror_path
+    with mirror_faults(path):
+        if not path.exists():
+            if read_marker(path) is not None:
+                raise lost(path, "is missing")
+            raise click.ClickException(
+                f"no mirror at {path}: run `anyrtd db upgrade` or start `anyrtd serve`"
+            )
+        mirror = Mirror(path)
+        try:
+            empty = mirror.is_empty()
+            if empty and read_marker(path) is not None:
+                raise lost(path, "is empty")
+            current, head = mirror.revisions()
+            try:
+                if not empty:
+                    mirror.check_revision()
+                state = "at head" if current == head else "behind: run `anyrtd db upgrade`"
+            except SchemaNotAtHead as exc:
+                state = str(exc)
+        finally:
+            mirror.close()
+    click.echo(f"{path}: {current or 'empty'} (head {head}, {state})")
+
+
+@db.command("rebuild")
+@pass_config
+def db_rebuild(config: Config) -> None:
+    """Start the mirror afresh: move the old one aside (kept, renamed) and forget it was here.
+
+    What only the old mirror held is lost: runs not yet recorded on the server, the outbox,
+    and `once` consumption not yet synced (so a `once` may fire twice).
+    """
+    from anyrtd.mirror_guard import rebuild
+
+    hold(config)  # not under a running daemon
+    with mirror_faults(config.mirror_path):
+        click.echo(rebuild(config.mirror_path, "asked by `anyrtd db rebuild`"))
+
+
+def hold(config: Config) -> None:
+    """Hold the state directory for this command, or exit with the one line that says why."""
+    from anyrtd.statedir import StateDirError, hold_state_dir
+
     try:
-        current, head = mirror.revisions()
-    finally:
-        mirror.close()
-    state = "at head" if current == head else "behind: run `anyrtd db upgrade`"
-    click.echo(f"{config.mirror_path}: {current or 'empty'} (head {head}, {state})")
+        hold_state_dir(config.state_dir)
+    except StateDirError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@contextlib.contextmanager
+def mirror_faults(path: Path) -> Iterator[None]:
+    """Turn what goes wrong with the mirror at `path` into one line and a non-zero exit.
+
+    A `MirrorFault` exits `EXIT_BROKEN_STATE`; any other database or file error names the
+    file and its first line, never a traceback.
+    """
+    from alembic.util import CommandError
+    from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+    from anyrtd.mirror_guard import MirrorFault
+
+    try:
+        yield
+    except MirrorFault as exc:
+        raise failure(str(exc), exc.exit_status) from None
+    except (SQLAlchemyError, CommandError, OSError) as exc:
+        cause = exc.orig if isinstance(exc, DBAPIError) else exc
+        first = (str(cause).splitlines() or [cause.__class__.__name__])[0]
+        raise failure(f"the mirror {path} cannot be used: {first}", EXIT_BROKEN_STATE) from None
 
 
 @click.command()
