@@ -168,8 +168,7 @@ class Daemon:
         await db.call(lambda m: m.ensure_schema(create=True))
         snap = await db.call(Mirror.snapshot)
         now = self.clock.now()
-        # The mirror holds the outcome of a whole reconcile under this verdict and peer id: a
-        # restart under the same ones needs to reconcile only what changes from here on.
+        # The mirror holds a whole reconcile under this verdict and peer id: changes only now.
         self._reconciled_as = (snap.meta.get("verdict"), snap.meta.get("peer_id"))
         self.sync_stage.restore(snap.meta, snap.tombstones)
         await self.sync_stage.load(db)
@@ -395,9 +394,8 @@ class Daemon:
     async def _election_loop(self) -> None:
         await asyncio.sleep(self.gate.poll_interval_s or 60.0)
         before = self.gate.verdict
-        verdict = await self.gate.poll()
-        if self.sync_stage.follow(self.gate.self_id) or verdict != before:
-            self._wake.set()  # the next tick reconciles every id under the new verdict or peer
+        if any([await self.gate.poll() != before, self.sync_stage.follow(self.gate.self_id)]):
+            self._wake.set()  # a new verdict or peer id (both read): the next tick reconciles all
 
     async def _outbox_loop(self) -> None:
         with contextlib.suppress(TimeoutError):
