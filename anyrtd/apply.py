@@ -8,8 +8,10 @@ those owes (entry rows, owner stamps, markers) in the step's unit of work.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import replace
 
+from anyrtd.claims import Fence
 from anyrtd.metrics import Stats
 from anyrtd.model import TriggerDef, health_marker
 from anyrtd.reconcile import (
@@ -45,12 +47,18 @@ class Apply:
         unit: Unit,
         stats: Stats,
         confirm_after: float,
+        fence: Fence | None = None,
+        unfenced: Callable[[str], bool] = lambda _rid: False,
     ) -> None:
         self.registry = registry
         self.records = records
         self.unit = unit
         self.stats = stats
         self.confirm_after = confirm_after
+        self.fence = fence
+        """The takeover hold and the claims' fencing tokens (anyrtd/claims.py), when set."""
+        self.unfenced = unfenced
+        """Ids whose stamp carries no fencing token: chat-watch moves with the role on purpose."""
         self.unconfirmed: set[str] = set()
         """Claimed entries waiting for their stamp to come back: reconciled every tick."""
         self._malformed_logged: dict[str, int | None] = {}
@@ -82,12 +90,17 @@ class Apply:
             for rid in ids
             if (e := self.registry.get(rid)) is not None
         }
+        fence = self.fence
         ctx = Context(
             peer_id=peer_id,
             active=verdict == Verdict.ACTIVE,
             now=now,
-            confirm_after=self.confirm_after,
+            confirm_after=self.confirm_after
+            if fence is None
+            else fence.confirm_after(self.confirm_after, now),
         )
+        if fence is not None:
+            ctx = replace(ctx, may_claim=fence.may_claim(now), mine=fence.mine, seen=fence.seen)
         plan = reconcile(ids, self.records.parsed, views, ctx, self.records.pending_owner())
         for action in plan:
             self.apply(action, now, peer_id)
@@ -159,7 +172,10 @@ class Apply:
             self.registry.arm(entry, now)
         if claim:
             self.unconfirmed.add(defn.id)
-            self.unit.write_trigger(defn.id, {"owner": peer_id})
+            fencing = {}
+            if self.fence is not None and not self.unfenced(defn.id):
+                fencing = self.fence.claim_fields(defn.id, now)
+            self.unit.write_trigger(defn.id, {"owner": peer_id, **fencing})
             log.info("claimed %s", defn.id, extra={"trigger": defn.id})
         else:
             log.info("adopted %s (%s)", defn.id, defn.kind, extra={"trigger": defn.id})

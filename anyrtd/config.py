@@ -43,6 +43,9 @@ class Config:
     grace_s: float = 10.0
     full_resync_s: float = 300.0
     decay_days: float = 30.0
+    takeover_hold_s: float = 60.0
+    """The longest a device that gains the active role waits for its predecessor's
+    stand-down beat before it claims unassigned triggers (docs/election.md)."""
     token_file: Path | None = None
     programs: Mapping[str, CommandProgram] = field(default_factory=dict)
     source: Path | None = None
@@ -137,7 +140,15 @@ def set_by(key: str) -> str:
     return ", ".join(ways) + (" or " if ways else "") + f"{key} in the config file"
 
 
-_FLOATS = {"tick_s", "election_poll_s", "run_timeout_s", "grace_s", "full_resync_s", "decay_days"}
+_FLOATS = {
+    "tick_s",
+    "election_poll_s",
+    "run_timeout_s",
+    "grace_s",
+    "full_resync_s",
+    "decay_days",
+    "takeover_hold_s",
+}
 _STRINGS = {"server", "space", "agent_name", "listen"}
 
 

@@ -1,11 +1,8 @@
 """The daemon: wires the stages together and owns the loops (tick, timer, sync, outbox, poll).
 
-The stages take what they need as arguments: `unit` (the step's writes and the group
-commit), `sync` (the server's records → the record cache), `apply` (a reconcile plan →
-the registry), `firing` (runs, from prepared to recorded) and `role` (the active role's
-standing built-ins, chat-watch and event routing). Each loop step is a method a test can
-call once: `sync()`, `tick()`, `fire_due(now)`, `drain_outbox()`. The daemon implements
-`anyrtd.port.Port` for the control API and the chat responder.
+The stages (`unit`, `sync`, `apply`, `firing`, `role`; docs/architecture.md) take what they
+need as arguments. Each loop step is a method a test can call once: `sync()`, `tick()`,
+`fire_due(now)`, `drain_outbox()`. The daemon implements `anyrtd.port.Port`.
 """
 
 from __future__ import annotations
@@ -21,7 +18,8 @@ from typing import Any, cast
 from anyrtd import standing
 from anyrtd.apply import Apply
 from anyrtd.chat import CHAT_WATCH_PROGRAM, ChatWatch
-from anyrtd.client import Dataset, ServerClient, ServerError, ServerUnavailable, Upsert
+from anyrtd.claims import Fence
+from anyrtd.client import ServerClient, ServerError, ServerUnavailable, Upsert
 from anyrtd.clock import Clock, SystemClock
 from anyrtd.config import Config
 from anyrtd.election import AlwaysActive, Gate
@@ -40,6 +38,7 @@ from anyrtd.rows import RunRow
 from anyrtd.runner import Runner
 from anyrtd.sync import Sync
 from anyrtd.unit import Unit
+from anyrtd.vocab import Verdict
 
 log = logging.getLogger("anyrtd.daemon")
 
@@ -86,15 +85,19 @@ class Daemon:
         self._drain_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
-        # The stages, in the order of the flow.
-        self.unit = Unit(self.records, on_outbox=self._outbox_kick.set)
-        self.sync_stage = Sync(self.client, config.space, self.records, self.unit, self.stats)
+        self.unit = Unit(self.records, on_outbox=self._outbox_kick.set)  # the stages, in order
+        self.fence = Fence.of(config)
+        self.sync_stage = Sync(
+            self.client, config.space, self.records, self.unit, self.stats, self.fence
+        )
         self.apply = Apply(
             registry=self.registry,
             records=self.records,
             unit=self.unit,
             stats=self.stats,
             confirm_after=config.tick_s if confirm_after is None else confirm_after,
+            fence=self.fence,
+            unfenced=lambda rid: rid == self.role.chat_watch_id,
         )
         self.firing = Firing(
             registry=self.registry,
@@ -126,7 +129,7 @@ class Daemon:
             standing.DECAY_PROGRAM,
             standing.decay_program(
                 runs=lambda: self.places.runs if self.places is not None else None,
-                prune_mirror=self._prune_runs,
+                prune_mirror=lambda before: self.db_call(lambda m: m.prune_runs(before)),
                 days=lambda: self.config.decay_days,
             ),
         )
@@ -272,9 +275,6 @@ class Daemon:
         counts = await self.db_call(lambda m: m.run_counts(since=now - now % 86400))
         self.runs_today = sum(counts.values())
 
-    async def _prune_runs(self, before: float) -> int:
-        return int(await self.db_call(lambda m: m.prune_runs(before)))
-
     # the steps
 
     async def tick(self) -> None:
@@ -283,6 +283,8 @@ class Daemon:
         now = self.clock.now()
         self._dirty |= self.sync_stage.apply_buffered()
         verdict = self.gate.verdict
+        if self.fence.follow(verdict == Verdict.ACTIVE, self.gate.term, now):
+            self._reconciled_as = (None, None)  # claiming may start or resume: reconcile all
         ids: set[str]
         if (verdict, self.peer_id) != self._reconciled_as:
             self._reconciled_as = (verdict, self.peer_id)
@@ -296,6 +298,7 @@ class Daemon:
             self.role.follow_verdict(verdict, now, peer)
             self.apply.reconcile(ids, now, verdict, peer)
             self.role.refresh_standing(ids, now, peer)
+            self.role.hand_off(self.fence, now)
         await self.unit.commit(now)
         self.role.tend_chat_watch()
         self._rearm.set()
@@ -333,7 +336,7 @@ class Daemon:
         if page is None:
             return 0
         await self.role.route_events(page.changes, space)
-        taken = sync.take(page)
+        taken = sync.take(page, self.clock.now())
         if taken:
             self._wake.set()
         return taken
@@ -348,19 +351,15 @@ class Daemon:
             return await self._drain()
 
     async def _drain(self) -> DrainResult | None:
-        if self.places is None or self.db is None:
+        if (places := self.places) is None or self.db is None:
             return None
-        result = await drain(self.db, self.client, self._locate)
+        datasets = {TRIGGERS: places.triggers, RUNS: places.runs}
+        result = await drain(self.db, self.client, datasets.get)
         for dataset, rid, version in result.acked:
             if dataset == TRIGGERS:
                 self.records.acked(rid, version)
                 self._dirty.add(rid)
         return result
-
-    def _locate(self, dataset: str) -> Dataset | None:
-        if self.places is None:
-            return None
-        return {TRIGGERS: self.places.triggers, RUNS: self.places.runs}.get(dataset)
 
     # the loops
 

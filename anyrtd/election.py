@@ -15,6 +15,7 @@ import time
 from typing import Any, Protocol
 
 from anyrtd import __version__
+from anyrtd.claims import Term, term_of
 from anyrtd.client import DevicesView, ServerClient, ServerError, ServerUnavailable
 from anyrtd.clock import Clock, SystemClock
 from anyrtd.vocab import Verdict
@@ -33,6 +34,11 @@ class Gate(Protocol):
     @property
     def poll_interval_s(self) -> float | None:
         """Seconds between polls, or None when there is nothing to poll."""
+        ...
+
+    @property
+    def term(self) -> Term | None:
+        """The role's claims as last read (see anyrtd/claims.py), or None without an election."""
         ...
 
     async def boot(self) -> None:
@@ -67,6 +73,10 @@ class AlwaysActive:
 
     @property
     def poll_interval_s(self) -> float | None:
+        return None
+
+    @property
+    def term(self) -> Term | None:
         return None
 
     async def boot(self) -> None:
@@ -129,6 +139,7 @@ class Election:
         self.peer_id: str | None = None
         self.winner: str | None = None
         self.last_poll_at: float | None = None
+        self._term: Term | None = None
         self._verdict: Verdict = Verdict.STANDBY
         self._recorded_winner: str | None = None
         self._failing: str | None = None
@@ -144,6 +155,10 @@ class Election:
     @property
     def poll_interval_s(self) -> float | None:
         return self._poll_s if self.enabled else None
+
+    @property
+    def term(self) -> Term | None:
+        return self._term if self.enabled else None
 
     @property
     def self_id(self) -> str | None:
@@ -258,6 +273,10 @@ class Election:
             winner = view.active.get(APP)
         self.winner = winner
         self._recorded_winner = winner
+        rows = (
+            (d.peer_id, d.deleted or APP not in d.apps, d.apps.get(APP, {})) for d in view.devices
+        )
+        self._term = term_of(rows, me, winner, read_at=self.clock.now())
         self._set(Verdict.ACTIVE if winner == me else Verdict.STANDBY)
         return view
 

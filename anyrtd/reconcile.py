@@ -9,9 +9,10 @@ are table tests of this module.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
+from anyrtd.claims import Token, outranks
 from anyrtd.model import STANDING_BUILTINS, Malformed, TriggerDef, health_marker
 from anyrtd.vocab import is_unassigned
 
@@ -57,7 +58,7 @@ class Track:
     defn: TriggerDef
 
 
-EvictReason = Literal["deleted", "repinned", "unassigned", "malformed"]
+EvictReason = Literal["deleted", "repinned", "superseded", "unassigned", "malformed"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +96,12 @@ class Context:
     now: float
     confirm_after: float = 0.0
     """How long a claim must stand, after it was stamped, before it is confirmed."""
+    may_claim: bool = True
+    """False during a takeover hold or once the role has evidently moved (anyrtd/claims.py)."""
+    mine: Mapping[str, Token] = field(default_factory=dict)
+    """The fencing token of each claim this device stamped."""
+    seen: Mapping[str, Token] = field(default_factory=dict)
+    """The fencing token each record shows, where its owner wrote one."""
 
 
 MARKERS = frozenset({"invalid_spec", "unsupported_source"})
@@ -136,10 +143,16 @@ def _one(
 
     mine = rec.owner == ctx.peer_id
     if not mine and not is_unassigned(rec.owner):
-        return [Evict(rid, "repinned")] if entry is not None else []
+        if entry is None:
+            return []
+        ours, theirs = ctx.mine.get(rid), ctx.seen.get(rid)
+        if outranks(ours, theirs):
+            # Two claims met and ours, of the earlier term, stands: stamp it again.
+            return [Adopt(rec, claim=True)]
+        return [Evict(rid, "superseded" if ours and theirs else "repinned")]
     if not mine:
-        # Unassigned: the active device claims it; anyone else lets go of it.
-        if ctx.active:
+        # Unassigned: the active device claims it (past its takeover hold); others let go.
+        if ctx.active and ctx.may_claim:
             return [Adopt(rec, claim=True), *_marker(rec, ctx.now)]
         return [Evict(rid, "unassigned")] if entry is not None else []
 

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from anyrtd import standing
 from anyrtd.apply import Apply
 from anyrtd.chat import CHAT_WATCH_PROGRAM, ChatWatch, ensure_chat_watch
+from anyrtd.claims import Fence
 from anyrtd.client import Change, Dataset, ServerClient, ServerError, ServerUnavailable
 from anyrtd.clock import Clock
 from anyrtd.election import Gate
@@ -72,6 +73,13 @@ class Role:
         self.holding = False
 
     # standing built-ins and the chat-watch claim (docs/election.md)
+
+    def hand_off(self, fence: Fence, now: float) -> None:
+        """Write the stand-down beat on chat-watch, after this device's last claim."""
+        cw = self.chat_watch_id
+        beat = fence.handoff_due(now) if cw is not None else None
+        if cw is not None and beat is not None:
+            self.unit.write_trigger(cw, beat)
 
     def follow_verdict(self, verdict: str, now: float, peer_id: str) -> None:
         """Take the active role's set (standing built-ins, chat-watch) or give it up."""

@@ -15,6 +15,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from anyrtd.claims import Fence
 from anyrtd.client import Change, ChangePage, Record, ServerClient, ServerError, ServerUnavailable
 from anyrtd.metrics import Stats
 from anyrtd.mirror import AsyncMirror, Mirror
@@ -40,6 +41,7 @@ class Sync:
         records: RecordCache,
         unit: Unit,
         stats: Stats,
+        fence: Fence | None = None,
     ) -> None:
         self.client = client
         self.space = space
@@ -55,6 +57,8 @@ class Sync:
         self._buffer: list[Change | list[Record]] = []
         self._last_full: float | None = None
         self._server_away = False
+        self.fence = fence
+        """Notes the claims' tokens and the replication lag (anyrtd/claims.py), when set."""
 
     def restore(self, meta: Mapping[str, str], tombstones: Iterable[str]) -> None:
         """Take the peer id, places, cursor and tombstones the mirror kept.
@@ -171,10 +175,13 @@ class Sync:
             self._feed_missing()
         return page
 
-    def take(self, page: ChangePage) -> int:
+    def take(self, page: ChangePage, now: float) -> int:
         """Buffer the page's trigger changes and move the cursor past it; return how many."""
         assert self.places is not None and self.cursor is not None
         relevant = [c for c in page.changes if self.places.matches_triggers(c)]
+        if self.fence is not None:  # the lag as the page arrives, not when a tick applies it
+            arrived = (c.record for c in relevant if c.record is not None)
+            self.fence.sample_lag(arrived, self.peer_id, now)
         self.cursor = max(self.cursor, page.seq)
         self.unit.meta({"cursor": str(self.cursor)})
         self._buffer.extend(relevant)
@@ -227,6 +234,8 @@ class Sync:
 
     def remember(self, record: Mapping[str, Any]) -> str | None:
         """Put a record in the cache and the mirror; return its id (None if not kept)."""
+        if self.fence is not None:
+            self.fence.note(record)
         rid = self.records.put(record)
         if rid is not None:
             self.unit.keep_record(rid, self.records.version(rid), record)

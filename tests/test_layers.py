@@ -25,6 +25,7 @@ FLOW: tuple[tuple[str, ...], ...] = (
     ("anyrtd.rows",),
     ("anyrtd.mirror_guard",),
     ("anyrtd.mirror",),
+    ("anyrtd.claims",),
     ("anyrtd.reconcile",),
     ("anyrtd.registry",),
     # ─▶ runner (programs) ─▶ outbox

@@ -1,0 +1,419 @@
+"""Claims across devices: the fencing token a claim carries, and when a device may claim.
+
+Each device syncs its own replica of the records, with a delay the daemon does not
+control. Two rules keep an unassigned `once` to one run (docs/election.md, "Exactly once
+across replicas"):
+
+- **The takeover hold.** A device that gains the active role claims nothing until its
+  predecessor's stand-down beat (the `handoff` field, written on the chat-watch record
+  after the predecessor's last claim) has reached its own replica: from then on every
+  claim the predecessor made is visible here, and a record it claimed is no longer
+  unassigned. A predecessor that is gone cannot write one: the hold then lasts twice the
+  replication lag measured on the change feed. `takeover_hold_s` bounds the hold.
+- **The fencing token.** A claim writes, with `owner`, the field `claim` =
+  `{"seq", "peer", "at"}`: the claimant's election `seq` (its row's claim on the role).
+  When two claims on one record meet, the lower `(seq, peer)` stands on every device:
+  the earlier term claimed first and may have fired; the later claimant evicts without
+  firing. After a hold that ended without the beat, the new holder confirms its claims
+  only after a round trip (twice the measured lag, two ticks), so an earlier claim still
+  on its way meets its own before it fires. A device that sees a token above any the
+  registry has shown it knows the role has moved and claims nothing more.
+- **The lease.** A holder claims only within `LEASE_POLLS` polls of its last good
+  registry read, so a holder cut off from the registry stops on its own.
+
+Pure: times are passed in; the daemon calls `Fence.follow` once a tick, `note` for every
+record it reads, `claim_fields` when it stamps a claim, and `handoff_due` for the beat.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from anyrtd.config import Config
+
+log = logging.getLogger("anyrtd.claims")
+
+CLAIM_FIELD = "claim"
+"""The runtime-owned field a claim writes beside `owner`: `{"seq", "peer", "at"}`."""
+HANDOFF_FIELD = "handoff"
+"""The runtime-owned field of the stand-down beat, on the chat-watch record."""
+DEFAULT_HOLD_S = 60.0
+LEASE_POLLS = 3
+"""A holder claims only within this many election polls of its last good registry read."""
+LAG_SAMPLES = 64
+
+
+class Token(NamedTuple):
+    """A claim's fencing token: the claimant's election seq, then its peer id (the tie-break)."""
+
+    seq: int
+    peer: str
+
+
+@dataclass(frozen=True, slots=True)
+class Term:
+    """The active role as the registry shows it, from this device's side."""
+
+    winner: Token | None
+    """The winner's claim on the role, or None when nobody holds it."""
+    previous: Token | None
+    """The highest claim of another device below the winner's: its predecessor."""
+    previous_live: bool
+    """Whether the predecessor's row is live (a pruned or removed row writes no beat)."""
+    mine: Token | None
+    """This device's own row's claim, whether or not it wins."""
+    top: int = 0
+    """The highest seq of any row, pruned ones included: the newest term the registry knows."""
+    read_at: float | None = None
+    """When the registry was read (the lease of a holder runs from its last good read)."""
+
+
+def term_of(
+    rows: Iterable[tuple[str, bool, Mapping[str, Any]]],
+    me: str,
+    winner: str | None,
+    read_at: float | None = None,
+) -> Term:
+    """Return the term from registry rows given as (peer id, deleted, the app's entry)."""
+    claims: dict[str, tuple[Token, bool]] = {}
+    for peer, deleted, entry in rows:
+        seq = entry.get("seq") if isinstance(entry, Mapping) else None
+        if isinstance(seq, int | float) and not isinstance(seq, bool):
+            claims[peer] = (Token(int(seq), peer), not deleted)
+    held = claims.get(winner) if winner is not None else None
+    won = held[0] if held is not None else None
+    below = [
+        (tok, live)
+        for peer, (tok, live) in claims.items()
+        if peer != winner and (won is None or tok < won)
+    ]
+    previous = max(below, default=None)
+    mine = claims.get(me)
+    return Term(
+        winner=won,
+        previous=previous[0] if previous else None,
+        previous_live=previous[1] if previous else False,
+        mine=mine[0] if mine else None,
+        top=max((tok.seq for tok, _ in claims.values()), default=0),
+        read_at=read_at,
+    )
+
+
+def read_token(value: Any) -> Token | None:
+    """Return the token of a `claim` or `handoff` field value, or None when it is not one."""
+    if not isinstance(value, Mapping):
+        return None
+    seq, peer = value.get("seq"), value.get("peer")
+    if not isinstance(seq, int) or isinstance(seq, bool) or not isinstance(peer, str) or not peer:
+        return None
+    return Token(seq, sys.intern(peer))  # one copy of each peer id, however many records
+
+
+def claim_token(record: Mapping[str, Any]) -> Token | None:
+    """Return the fencing token of the record's claim, if its owner wrote one (a pin has none)."""
+    token = read_token(record.get(CLAIM_FIELD))
+    return token if token is not None and token.peer == record.get("owner") else None
+
+
+def outranks(mine: Token | None, other: Token | None) -> bool:
+    """Tell whether this device's claim stands over the other one: the lower token stands.
+
+    The claim of the earlier term was made first and may have fired already; the later
+    claimant is the one that can still wait (see `Fence.confirm_after`).
+    """
+    return mine is not None and other is not None and mine < other
+
+
+def _field(token: Token, now: float) -> dict[str, Any]:
+    return {"seq": token.seq, "peer": token.peer, "at": now}
+
+
+class Fence:
+    """One device's side of the rules: its term, the takeover hold, and the tokens it has seen."""
+
+    @classmethod
+    def of(cls, config: Config) -> Fence:
+        """Return a device's fence with the bounds its configuration sets."""
+        lease_s = LEASE_POLLS * config.election_poll_s
+        return cls(hold_max_s=config.takeover_hold_s, tick_s=config.tick_s, lease_s=lease_s)
+
+    def __init__(
+        self,
+        *,
+        hold_max_s: float = DEFAULT_HOLD_S,
+        tick_s: float = 5.0,
+        lease_s: float | None = None,
+    ) -> None:
+        self.hold_max_s = hold_max_s
+        self.tick_s = tick_s
+        self.lease_s = lease_s
+        """How long after its last good registry read a holder still claims (None: for ever)."""
+        self.read_at: float | None = None
+        self.term: Token | None = None
+        """This device's token while it holds the active role."""
+        self.waiting: Token | None = None
+        """The predecessor whose beat the hold waits for (None: no hold)."""
+        self._previous: Token | None = None
+        self.predecessor_gone = False
+        self.hold_from = 0.0
+        self.shadow_until: float | None = None
+        """Until when a claim may meet a predecessor's still on its way (the hold ended
+        without the beat); claims confirm after a round trip until a trip past it."""
+        self.top = 0
+        """The highest seq the registry has shown this device."""
+        self.stale: Token | None = None
+        """A token above any seq the registry has shown, seen on a record: the role moved."""
+        self.handoff: Token | None = None
+        """The highest stand-down beat seen on this replica."""
+        self.mine: dict[str, Token] = {}
+        """The token of each claim this device stamped (and has not seen superseded)."""
+        self.seen: dict[str, Token] = {}
+        """The token on each record as this replica shows it, where the record carries one."""
+        self.lags: deque[float] = deque(maxlen=LAG_SAMPLES)
+        self._owed: Token | None = None
+        self._beaten: Token | None = None
+        self._could = False
+        self._lapsed = False
+
+    # what the device observes
+
+    def note(self, record: Mapping[str, Any]) -> None:
+        """Take the claim token and the stand-down beat of a record read from the server."""
+        rid = record.get("id")
+        if not isinstance(rid, str):
+            return
+        token = claim_token(record)
+        if token is None:
+            self.seen.pop(rid, None)
+            self.mine.pop(rid, None)  # unassigned or pinned: no claim left to defend
+        else:
+            self.seen[rid] = token
+            if token.seq > self.top and (self.stale is None or token > self.stale):
+                if self.term is not None and self.stale is None:
+                    log.info(
+                        "a claim with seq %d by %s is newer than any term the registry "
+                        "has shown (seq %d): the active role has moved; claiming nothing more",
+                        token.seq,
+                        token.peer,
+                        self.top,
+                    )
+                self.stale = token
+        beat = read_token(record.get(HANDOFF_FIELD))
+        if beat is not None and (self.handoff is None or beat > self.handoff):
+            self.handoff = beat
+
+    def sample_lag(self, records: Iterable[Mapping[str, Any]], me: str | None, now: float) -> None:
+        """Measure the replication lag from the stamps other devices wrote, as they arrive."""
+        for record in records:
+            rid = str(record.get("id", ""))
+            for key, known in ((CLAIM_FIELD, self.seen.get(rid)), (HANDOFF_FIELD, self.handoff)):
+                value = record.get(key)
+                token = read_token(value)
+                at = value.get("at") if isinstance(value, Mapping) else None
+                if token is None or token.peer == me or not isinstance(at, int | float):
+                    continue
+                if known is not None and token <= known:
+                    continue  # written before: this change is about another field
+                self.lags.append(max(0.0, now - float(at)))
+
+    def lag(self) -> float | None:
+        """Return the highest replication lag among the recent samples, or None without any."""
+        return max(self.lags) if self.lags else None
+
+    # the role
+
+    def follow(self, active: bool, term: Term | None, now: float) -> bool:
+        """Take this tick's verdict and term; return True when claiming may resume.
+
+        That is once a takeover hold ends, and again whenever a pause ends (a token newer
+        than the registry showed, or a lapsed lease): the unassigned records passed over
+        meanwhile must be reconciled again.
+        """
+        winner = term.winner if term is not None else None
+        self.read_at = term.read_at if term is not None else None
+        if term is not None:
+            self.top = max(self.top, term.top)
+            if self.stale is not None and self.stale.seq <= self.top:
+                self.stale = None  # the registry has caught up: its verdict speaks again
+        if active and winner is not None and winner != self.term:
+            self._take_over(winner, term, now)
+        elif not active and self.term is not None:
+            log.info("stood down from term %d: claiming nothing more", self.term.seq)
+            self.term = None
+        elif active and term is None:
+            self.term, self.waiting = None, None  # the election is off: one device, no fence
+        if not active and term is not None and term.mine is not None:
+            self._owe(term.mine)
+        if self.waiting is not None and self._hold_over(now):
+            self.waiting = None
+        can = active and self.may_claim(now)
+        resumed = can and not self._could
+        self._could = can
+        return resumed
+
+    def _take_over(self, winner: Token, term: Term | None, now: float) -> None:
+        self.term, self.hold_from = winner, now
+        previous = term.previous if term is not None else None
+        self.waiting = self._previous = previous
+        self.shadow_until = None
+        self.predecessor_gone = previous is not None and not (term and term.previous_live)
+        if previous is None:
+            log.info("took term %d: no predecessor, claiming at once", winner.seq)
+        elif self._hold_over(now):
+            self.waiting = None
+            log.info(
+                "took term %d: the beat of term %d is already here, claiming at once",
+                winner.seq,
+                previous.seq,
+            )
+        else:
+            log.info(
+                "took term %d: holding claims until term %d's stand-down beat arrives "
+                "(%s, at most %.0fs)",
+                winner.seq,
+                previous.seq,
+                "its device is gone" if self.predecessor_gone else "from " + previous.peer,
+                self.hold_max_s,
+            )
+
+    def _hold_over(self, now: float) -> bool:
+        waiting = self.waiting
+        if waiting is None:
+            return True
+        held = now - self.hold_from
+        if self._beat_seen(waiting):
+            self._ended("its stand-down beat arrived", held)
+            return True
+        why = None
+        if self.predecessor_gone:
+            lag = self.lag()
+            quiet = self.hold_max_s if lag is None else max(self.tick_s, 2 * lag)
+            if held >= min(quiet, self.hold_max_s):
+                why = "its device is gone and the feed has been quiet"
+        if why is None and held >= self.hold_max_s:
+            why = f"no beat within takeover_hold_s ({self.hold_max_s:.0f}s)"
+        if why is None:
+            return False
+        # Without the beat, a claim of the predecessor may still be on its way: confirm
+        # claims slowly until it shows up (or for another bound).
+        self.shadow_until = now + self.hold_max_s
+        self._ended(why, held)
+        return True
+
+    def _beat_seen(self, predecessor: Token) -> bool:
+        return self.handoff is not None and self.handoff >= predecessor
+
+    def confirm_after(self, base: float, now: float) -> float:
+        """Return how long a claim must stand before it is confirmed: `base`, or a round
+        trip (twice the measured lag and two ticks) after a hold that ended without the
+        predecessor's beat.
+
+        Last-writer-wins hides an earlier claim from a replica that has written its own
+        later claim; the earlier claimant answers with its claim again, and that answer
+        takes the round trip to arrive. When the beat does arrive late, the claims made
+        before it still get their round trip.
+        """
+        if self.shadow_until is None:
+            return base
+        lag = self.lag()
+        trip = max(base, 2 * (lag or 0.0) + 2 * self.tick_s)
+        previous = self._previous
+        if self.term is not None and previous is not None and self._beat_seen(previous):
+            self.shadow_until = min(self.shadow_until, now)  # noted at most a tick late
+        if now >= self.shadow_until + trip:  # the last claim made in the shadow had its trip
+            self.shadow_until = None
+            return base
+        return trip
+
+    def _ended(self, why: str, held: float) -> None:
+        lag = self.lag()
+        log.info(
+            "takeover hold over after %.1fs: %s (replication lag measured: %s)",
+            held,
+            why,
+            "none yet" if lag is None else f"{lag:.2f}s",
+        )
+
+    def may_claim(self, now: float) -> bool:
+        """Tell whether this device may stamp new claims now (the verdict aside)."""
+        if self.waiting is not None:
+            return False
+        if self.term is None:
+            return True  # the election is off: one device, nothing to fence
+        if self.stale is not None:
+            return False
+        lapsed = (
+            self.lease_s is not None
+            and self.read_at is not None
+            and now - self.read_at > self.lease_s
+        )
+        if lapsed != self._lapsed:
+            self._lapsed = lapsed
+            if lapsed:
+                log.warning(
+                    "no devices registry read for %.0fs (lease %.0fs): claiming nothing "
+                    "until it answers, another device may hold the role by now",
+                    now - (self.read_at or now),
+                    self.lease_s,
+                )
+        return not lapsed
+
+    def claim_fields(self, rid: str, now: float) -> dict[str, Any]:
+        """Return the fencing field to write with a claim of `rid`, and remember the token.
+
+        A claim this device defends is stamped again with the token it was made under,
+        whatever its term is now.
+        """
+        token = self.mine.get(rid) or self.term
+        if token is None:
+            return {}
+        self.mine[rid] = token
+        return {CLAIM_FIELD: _field(token, now)}
+
+    def outranks(self, rid: str) -> bool:
+        """Tell whether this device's claim of `rid` stands over the one the record shows."""
+        return outranks(self.mine.get(rid), self.seen.get(rid))
+
+    def forget(self, rid: str) -> None:
+        """Drop what is known of a record this device no longer holds."""
+        self.mine.pop(rid, None)
+
+    # the stand-down beat
+
+    def _owe(self, token: Token) -> None:
+        if token == self._beaten or token == self._owed:
+            return
+        if self.handoff is not None and self.handoff >= token:
+            return  # a later beat already covers this term
+        self._owed = token
+
+    def handoff_due(self, now: float) -> dict[str, Any] | None:
+        """Return the beat to write once standing by and past this device's own hold."""
+        token = self._owed
+        if token is None or self.waiting is not None or self.term is not None:
+            return None
+        self._owed, self._beaten = None, token
+        if self.handoff is not None and self.handoff >= token:
+            return None
+        self.handoff = token
+        return {HANDOFF_FIELD: _field(token, now)}
+
+
+__all__ = [
+    "CLAIM_FIELD",
+    "DEFAULT_HOLD_S",
+    "HANDOFF_FIELD",
+    "LEASE_POLLS",
+    "Fence",
+    "Term",
+    "Token",
+    "claim_token",
+    "outranks",
+    "read_token",
+    "term_of",
+]
