@@ -70,6 +70,15 @@ class Apply:
             if not isinstance(defn, TriggerDef):
                 self.unit.evict(row.trigger_id)
                 continue
+            if defn.kind == Kind.ONCE and row.consumed and defn.rollup.last_run_at is None:
+                # The mirror's record predates this device's consumption write, which the
+                # server took (the outbox no longer holds it) but which was not read back
+                # before the restart: hold it until the server shows a newer version, or the
+                # reconcile would take the stale record for a rewrite and fire the shot again.
+                consumed = {RollupField.LAST_RUN_AT.value: row.armed_at, "enabled": False}
+                self.records.hold(defn.id, consumed)
+                held = self.records.parsed.get(defn.id)
+                defn = held if isinstance(held, TriggerDef) else defn
             # Share the definition's strings rather than keep the row's copies of them.
             row.trigger_id, row.kind = defn.id, defn.kind
             if row.fingerprint == defn.fingerprint:
@@ -80,13 +89,19 @@ class Apply:
             self.registry.put(entry)
             missed = defn.kind == Kind.CRON and (row.next_fire is None or row.next_fire <= now)
             if missed or (defn.kind == Kind.ONCE and not row.consumed):
-                # A missed cron occurrence does not exist: re-arm strictly forward, no burst.
+                # A missed cron occurrence does not exist: re-arm strictly forward, no burst,
+                # and say so in the mirror at once (its `scheduled_next` view reads the row).
+                before = row.next_fire
                 self.registry.arm(entry, now)
+                if row.next_fire != before:
+                    self.unit.save(row)
 
     def reconcile(self, ids: Iterable[str], now: float, verdict: str, peer_id: str) -> None:
         """Reconcile `ids` and apply the plan."""
         views = {
-            rid: EntryView(e.row.fingerprint, e.row.enabled, e.row.marker, e.row.claimed_at)
+            rid: EntryView(
+                e.row.fingerprint, e.row.enabled, e.row.marker, e.row.claimed_at, e.row.consumed
+            )
             for rid in ids
             if (e := self.registry.get(rid)) is not None
         }
@@ -125,7 +140,14 @@ class Apply:
                 self.registry.put(entry)
                 self.registry.arm(entry, now)
                 self.unit.save(entry.row)
-                log.info("refreshed %s: definition changed", defn.id, extra={"trigger": defn.id})
+                why = (
+                    "definition changed"
+                    if old is None or old.defn.fingerprint != defn.fingerprint
+                    else (
+                        "consumed" if entry.row.consumed else "lastRunAt cleared, the shot re-armed"
+                    )
+                )
+                log.info("refreshed %s: %s", defn.id, why, extra={"trigger": defn.id})
             case Toggle(defn=defn, enabled=enabled):
                 self.toggle(defn, enabled, now)
             case Track(defn=defn):
@@ -163,6 +185,8 @@ class Apply:
             # Reassigned while in our registry: stamp it again and wait for the confirmation.
             existing.defn = defn
             existing.row.claimed_at = now if claim else None
+            if defn.kind == Kind.ONCE:
+                existing.row.consumed = defn.rollup.last_run_at is not None
             self.registry.put(existing)
             self.registry.arm(existing, now)
             entry = existing

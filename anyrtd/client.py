@@ -6,7 +6,8 @@ server differs from `docs/server-api.md`, this module is the one to change.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -29,6 +30,15 @@ class ServerError(Exception):
 
 class ServerUnavailable(Exception):
     """The server could not be reached (connection refused, timeout, a 5xx)."""
+
+
+@dataclass
+class Reach:
+    """Whether the server can be reached: since when it has not (connection refused, a timeout)
+    and the last such error; both None once it answers again, whatever the answer."""
+
+    unreachable_since: float | None = None
+    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -94,9 +104,13 @@ class ServerClient:
         *,
         transport: httpx.AsyncBaseTransport | None = None,
         timeout: float = 10.0,
+        now: Callable[[], float] = time.time,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self._http = httpx.AsyncClient(base_url=self.base_url, transport=transport, timeout=timeout)
+        self._now = now
+        self.reach = Reach()
+        """Whether the server answers (a 5xx is an answer: this is about reaching it at all)."""
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -125,7 +139,12 @@ class ServerClient:
                 timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
             )
         except httpx.TransportError as exc:
-            raise ServerUnavailable(f"{self.base_url}: {exc.__class__.__name__}: {exc}") from exc
+            error = f"{self.base_url}: {exc.__class__.__name__}: {exc}"
+            if self.reach.unreachable_since is None:
+                self.reach.unreachable_since = self._now()
+            self.reach.error = error
+            raise ServerUnavailable(error) from exc
+        self.reach.unreachable_since = self.reach.error = None
         if resp.status_code >= 500:
             raise ServerUnavailable(f"{self.base_url}{path}: server error {resp.status_code}")
         try:

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, cast
 
-from anyrtd import standing
+from anyrtd import history, standing
 from anyrtd.apply import Apply
 from anyrtd.chat import CHAT_WATCH_PROGRAM, ChatWatch
 from anyrtd.claims import Fence
@@ -30,7 +30,7 @@ from anyrtd.mirror_guard import MirrorFault
 from anyrtd.model import TriggerDef
 from anyrtd.outbox import RUNS, TRIGGERS, DrainResult, drain
 from anyrtd.places import Places
-from anyrtd.port import Health, Metrics, TriggerFacts, Triggers
+from anyrtd.port import Health, Metrics, TriggerFacts, Triggers, server_reasons
 from anyrtd.records import RecordCache
 from anyrtd.registry import Registry
 from anyrtd.role import Role
@@ -203,6 +203,7 @@ class Daemon:
             asyncio.create_task(self._loop(self._timer_loop), name="anyrtd-timer"),
             asyncio.create_task(self._loop(self._sync_loop), name="anyrtd-sync"),
             asyncio.create_task(self._loop(self._outbox_loop), name="anyrtd-outbox"),
+            asyncio.create_task(self._loop(self.role.follow_spaces), name="anyrtd-spaces"),
         ]
         if self.gate.poll_interval_s is not None:
             self._tasks.append(
@@ -267,13 +268,6 @@ class Daemon:
             log.warning("reload: %s changed; restart anyrtd to apply", ", ".join(changed))
         self.config = replace(new, **{k: getattr(self.config, k) for k in fixed})
         self.runner.configure(commands=new.programs, timeout_s=new.run_timeout_s)
-
-    async def refresh_summary(self) -> None:
-        """Read the outbox depth and today's run count from the mirror, for the status line."""
-        now = self.clock.now()
-        self.outbox_depth = await self.db_call(Mirror.outbox_depth)
-        counts = await self.db_call(lambda m: m.run_counts(since=now - now % 86400))
-        self.runs_today = sum(counts.values())
 
     # the steps
 
@@ -419,18 +413,18 @@ class Daemon:
         raw = None if isinstance(parsed, TriggerDef) else self.records.raw(trigger_id)
         return TriggerFacts(trigger_id, entry, parsed, raw, self.peer_id, self.clock.now())
 
-    async def runs(
-        self, *, trigger_id: str | None = None, status: str | None = None, limit: int = 50
-    ) -> Sequence[RunRow]:
-        rows = await self.db_call(
-            lambda m: m.runs(trigger_id=trigger_id, status=status, limit=limit)
-        )
-        return cast(list[RunRow], rows)
+    async def runs(self, **query: Any) -> Sequence[RunRow]:
+        return cast(list[RunRow], await self.db_call(lambda m: m.runs(**query)))
+
+    async def trigger_runs(self, tid: str, /, **query: Any) -> history.RunHistory:
+        return await history.trigger_runs(self.client, self.places, self.db_call, tid, **query)
 
     async def run(self, run_id: str) -> RunRow | None:
         return cast(RunRow | None, await self.db_call(lambda m: m.run(run_id)))
 
     def health(self) -> Health:
+        reach, registry = self.client.reach, self.gate.degraded  # an unreachable server says all
+        registry_reasons = (registry,) if registry and reach.unreachable_since is None else ()
         return Health(
             now=self.clock.now(),
             last_tick_at=self.last_tick_at,
@@ -441,7 +435,8 @@ class Daemon:
             triggers=len(self.registry),
             server_resolved=self.places is not None,
             last_error=self.stats.last_error,
-            degraded=tuple(r for r in (self.gate.degraded,) if r),
+            degraded=(*server_reasons(reach, self.outbox_depth), *registry_reasons),
+            state_dir=str(self.config.state_dir),
         )
 
     async def metrics(self) -> Metrics:

@@ -3,20 +3,24 @@
 A run is prepared in the step's unit of work (the run row as `running`, a `once` as
 consumed), committed, and only then started: a crash never fires a `once` twice, and a run
 a crash left `running` is closed as `interrupted` at the next start
-(`close_interrupted`). The outcome goes to the mirror, and the run record and the
-trigger's rollup to the outbox.
+(`close_interrupted`). The record's `startedAt` is the moment the program really started,
+noted by the runner; the fire lag is measured to it. The outcome goes to the mirror, and
+the run record and the trigger's rollup to the outbox.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from typing import Any
 
 from anyrtd.clock import Clock
 from anyrtd.events import ChatMessage
+from anyrtd.logs import iso_time
 from anyrtd.metrics import Stats
 from anyrtd.model import TriggerDef
 from anyrtd.program import RunOutcome, RunRequest
@@ -24,7 +28,7 @@ from anyrtd.records import RecordCache
 from anyrtd.registry import Entry, Registry
 from anyrtd.rows import RunRow
 from anyrtd.runner import Runner
-from anyrtd.runs import rollup
+from anyrtd.runs import BREAKER_STATUSES, duration_ms, rollup
 from anyrtd.unit import Unit
 from anyrtd.vocab import Kind, RollupField, RunStatus, Verdict
 
@@ -32,6 +36,18 @@ log = logging.getLogger("anyrtd.daemon")
 
 Start = tuple[Entry, RunRow, dict[str, Any]]
 """A prepared run: the entry it fires, its open row, and the program's args."""
+
+
+@contextlib.contextmanager
+def _collector_held() -> Iterator[None]:
+    """Hold the cyclic garbage collector for a stretch of work without an await."""
+    held = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if held:
+            gc.enable()
 
 
 def new_run_id() -> str:
@@ -69,18 +85,36 @@ class Firing:
     # firing
 
     async def fire_due(self, now: float, device: str | None, verdict: str) -> list[str]:
-        """Fire every entry due at or before `now`; return the run ids started."""
+        """Fire every entry due at or before `now`; return the run ids started.
+
+        The batch's runs are prepared and committed together, then every program is started
+        before anything else is done for any of them: in-process programs all begin at the
+        loop's next turn, and the batch's log lines are written after that. The garbage
+        collector waits while a batch is prepared and while it is started: a full collection
+        in the middle of a burst would hold up every program after it.
+        """
         due = self.registry.pop_due(now)
         if not due:
             return []
-        starts = [
-            s
-            for entry, at in due
-            if (s := self.prepare(entry, at, now, device, verdict)) is not None
-        ]
+        with _collector_held():
+            starts = [
+                s
+                for entry, at in due
+                if (s := self.prepare(entry, at, now, device, verdict)) is not None
+            ]
         await self.unit.commit(now)
-        for entry, row, args in starts:
-            self.spawn(entry, row, args)
+        with _collector_held():
+            runs = [
+                self.runner.start(self._request(row, args), self._on_start(row))
+                for _, row, args in starts
+            ]
+            for (entry, row, _), ended in zip(starts, runs, strict=True):
+                self._track(entry, row, ended)
+        try:
+            await asyncio.sleep(0)  # the programs' turn comes first
+        finally:
+            for entry, row, _ in starts:
+                self._log_firing(entry, row)
         return [row.run_id for _, row, _ in starts]
 
     async def run_now(self, trigger_id: str, device: str | None, verdict: str) -> str | None:
@@ -130,9 +164,9 @@ class Firing:
                 if entry.running:
                     self.stats.overlap_skips += 1
                     log.info(
-                        "skipped %s at %.3f: the previous run is still running",
+                        "skipped %s at %s: the previous run is still running",
                         defn.id,
-                        due,
+                        iso_time(due),
                         extra={"trigger": defn.id},
                     )
                     return None
@@ -143,7 +177,6 @@ class Firing:
                 entry.row.next_fire = None
                 self.unit.save(entry.row)
                 self.unit.write_trigger(defn.id, {"enabled": False, RollupField.LAST_RUN_AT: now})
-            self.stats.fire_lag.observe(max(0.0, now - due))
         self.stats.fires += 1
         row = RunRow(
             run_id=new_run_id(),
@@ -154,25 +187,17 @@ class Firing:
             started_at=now,
         )
         self.unit.save_run(row)
-        log.info(
-            "firing %s (%s)%s",
-            defn.id,
-            defn.program,
-            "" if due is not None else " by hand",
-            extra={"trigger": defn.id, "run": row.run_id},
-        )
         return entry, row, dict(defn.args)
 
     def spawn(self, entry: Entry, row: RunRow, args: dict[str, Any]) -> asyncio.Task[None]:
         """Start a prepared run's program; return its task."""
-        entry.running += 1
-        task = asyncio.create_task(self._run(entry, row, args), name=f"run-{row.run_id}")
-        self.in_flight.add(task)
-        task.add_done_callback(self.in_flight.discard)
+        ended = self.runner.start(self._request(row, args), self._on_start(row))
+        task = self._track(entry, row, ended)
+        self._log_firing(entry, row)
         return task
 
-    async def _run(self, entry: Entry, row: RunRow, args: dict[str, Any]) -> None:
-        request = RunRequest(
+    def _request(self, row: RunRow, args: dict[str, Any]) -> RunRequest:
+        return RunRequest(
             run_id=row.run_id,
             trigger_id=row.trigger_id,
             program=row.program,
@@ -180,13 +205,38 @@ class Firing:
             scheduled_at=row.scheduled_at,
             device=row.device,
         )
+
+    def _on_start(self, row: RunRow) -> Callable[[float], None]:
+        return lambda at: self._started(row, at)
+
+    def _log_firing(self, entry: Entry, row: RunRow) -> None:
+        log.info(
+            "firing %s (%s)%s",
+            entry.id,
+            row.program,
+            "" if row.scheduled_at is not None else " by hand",
+            extra={"trigger": entry.id, "run": row.run_id},
+        )
+
+    def _track(
+        self, entry: Entry, row: RunRow, ended: Coroutine[Any, Any, RunOutcome]
+    ) -> asyncio.Task[None]:
+        """Await a started run to its end in a task of its own, then record it."""
+        entry.running += 1
+        task = asyncio.create_task(self._run(entry, row, ended), name=f"run-{row.run_id}")
+        self.in_flight.add(task)
+        task.add_done_callback(self.in_flight.discard)
+        return task
+
+    async def _run(self, entry: Entry, row: RunRow, ended: Coroutine[Any, Any, RunOutcome]) -> None:
         try:
-            outcome = await self.runner.run(request)
+            outcome = await ended
         finally:
             entry.running -= 1
         self.record_outcome(row, outcome, entry=self.registry.get(entry.id))
         await self.unit.commit(self.clock.now())
-        log.info(
+        log.log(
+            logging.WARNING if outcome.status in BREAKER_STATUSES else logging.INFO,
             "run %s of %s ended %s%s",
             row.run_id,
             row.trigger_id,
@@ -194,6 +244,12 @@ class Firing:
             f" ({outcome.error_type}: {outcome.error})" if outcome.error_type else "",
             extra={"trigger": row.trigger_id, "run": row.run_id},
         )
+
+    def _started(self, row: RunRow, at: float) -> None:
+        """Note the moment a run's program really started: its `startedAt`, and its fire lag."""
+        row.started_at = at
+        if row.scheduled_at is not None:
+            self.stats.fire_lag.observe(max(0.0, at - row.scheduled_at))
 
     # ending
 
@@ -205,8 +261,8 @@ class Firing:
                 error_type=None,
                 error="the daemon stopped while the run was in flight",
                 started_at=row.started_at,
-                ended_at=now,
-                duration_ms=int(max(0.0, now - row.started_at) * 1000),
+                ended_at=max(now, row.started_at),
+                duration_ms=duration_ms(row.started_at, now),
                 result={},
                 output=row.output,
                 output_dropped=row.output_dropped,
@@ -223,6 +279,7 @@ class Firing:
     def record_outcome(self, row: RunRow, outcome: RunOutcome, entry: Entry | None) -> None:
         """Close a run: its summary in the mirror, its record and the rollup in the outbox."""
         row.status = outcome.status
+        row.started_at = outcome.started_at
         row.ended_at = outcome.ended_at
         row.duration_ms = outcome.duration_ms
         row.error_type = outcome.error_type
@@ -252,6 +309,7 @@ class Firing:
             run_count=before[1],
             limit=defn.max_consecutive_failures if defn is not None else 0,
             armed=entry is not None and entry.row.enabled,
+            kind=defn.kind if defn is not None else None,
         )
         if entry is not None:
             entry.row.consecutive_failures = write.failures
@@ -259,7 +317,7 @@ class Firing:
             if write.tripped:
                 entry.row.enabled = False
                 entry.row.next_fire = None
-                log.warning(
+                log.error(
                     "%s auto-disabled after %d consecutive failures",
                     row.trigger_id,
                     write.failures,

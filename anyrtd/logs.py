@@ -134,3 +134,8 @@ def setup_logging(
     root.setLevel(name)
     for chatty in _CHATTY_LOGGERS:
         logging.getLogger(chatty).setLevel(name if name == "DEBUG" else "WARNING")
+
+
+def iso_time(ts: float) -> str:
+    """Return epoch seconds as the log lines print a time: ISO 8601, local, with its offset."""
+    return datetime.fromtimestamp(ts).astimezone().isoformat(timespec="milliseconds")

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from anyrtd.client import Reach
+from anyrtd.history import TRIGGER_RUNS, RunHistory
 from anyrtd.metrics import Stats
 from anyrtd.model import Malformed, TriggerDef
 from anyrtd.registry import Entry
@@ -58,6 +61,26 @@ class Health:
     last_error: str | None
     degraded: tuple[str, ...] = ()
     """Why the daemon is doing its job only in part (each reason one line); empty when not."""
+    state_dir: str | None = None
+    """The state directory this daemon uses (its mirror and lock are there)."""
+
+
+OUTBOX_BACKLOG = 1000
+"""An outbox this deep is a reason to say `degraded` even while the server answers."""
+
+
+def server_reasons(reach: Reach, outbox_depth: int) -> list[str]:
+    """Return the reasons for `degraded` that the server gives: unreachable, a growing outbox."""
+    reasons = []
+    if reach.unreachable_since is not None:
+        since = datetime.fromtimestamp(reach.unreachable_since, UTC)
+        reasons.append(
+            f"server unreachable since {since:%Y-%m-%dT%H:%M:%SZ} ({reach.error}); "
+            "firing from the mirror, writes wait in the outbox"
+        )
+    if outbox_depth and (reach.unreachable_since is not None or outbox_depth >= OUTBOX_BACKLOG):
+        reasons.append(f"{outbox_depth} writes waiting in the outbox for the server")
+    return reasons
 
 
 @dataclass(frozen=True)
@@ -93,6 +116,14 @@ class Port(Protocol):
         """Return the newest runs on this device, newest first."""
         ...
 
+    async def trigger_runs(
+        self, trigger_id: str, /, *, status: str | None = None, limit: int = TRIGGER_RUNS
+    ) -> RunHistory:
+        """Return a trigger's newest runs on every device (the server's `agent_runs`, with this
+        device's runs not yet synced laid over), or this device's alone when the server is
+        away; the answer says which."""
+        ...
+
     async def run(self, run_id: str) -> RunRow | None:
         """Return one run on this device."""
         ...
@@ -120,4 +151,4 @@ class Port(Protocol):
         ...
 
 
-__all__ = ["Health", "Metrics", "Port", "TriggerFacts", "Triggers"]
+__all__ = ["Health", "Metrics", "Port", "TriggerFacts", "Triggers", "server_reasons"]

@@ -14,7 +14,7 @@ from typing import Literal
 
 from anyrtd.claims import Token, outranks
 from anyrtd.model import STANDING_BUILTINS, Malformed, TriggerDef, health_marker
-from anyrtd.vocab import is_unassigned
+from anyrtd.vocab import Kind, is_unassigned
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +26,8 @@ class EntryView:
     marker: str | None
     claimed_at: float | None = None
     """When this device stamped its claim; None once the claim is confirmed (or never was one)."""
+    consumed: bool = False
+    """A `once` that has fired, as the entry holds it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +165,7 @@ def _one(
         if rid in pending_owner or ctx.now < entry.claimed_at + ctx.confirm_after:
             return [Track(rec)]
         actions.append(Confirm(rec))
-    if rec.fingerprint != entry.fingerprint:
+    if rec.fingerprint != entry.fingerprint or _shot_changed(rec, entry):
         actions.append(Refresh(rec))
         if rec.enabled and not entry.enabled:
             # An edit that also re-enables: the flip still resets the breaker.
@@ -174,6 +176,15 @@ def _one(
         actions.append(Track(rec))
     actions.extend(_marker(rec, ctx.now))
     return actions
+
+
+def _shot_changed(rec: TriggerDef, entry: EntryView) -> bool:
+    """Return whether a `once` record and its entry disagree on whether it has fired.
+
+    A once takes the record's `lastRunAt` as its consumed state (seeds, Refresh): a record
+    written again without it re-arms the shot, even with its definition unchanged.
+    """
+    return rec.kind == Kind.ONCE and entry.consumed != (rec.rollup.last_run_at is not None)
 
 
 def _marker(rec: TriggerDef, now: float) -> list[Action]:

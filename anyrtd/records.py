@@ -127,6 +127,12 @@ class RecordCache:
             if base is not None:
                 self._store(rid, json.loads(base), base)
 
+    def hold(self, rid: str, fields: Mapping[str, Any]) -> None:
+        """Lay `fields` over a record until the server shows a newer version than the cached
+        one: a write of this device the server took before a restart, not yet read back."""
+        self.write(rid, fields)
+        self.acked(rid, self._version.get(rid, 0) + 1)
+
     def pending_owner(self) -> set[str]:
         """Return the ids whose owner stamp this device wrote and has not seen back."""
         return {rid for rid, o in self._overlay.items() if "owner" in o.fields}

@@ -32,6 +32,13 @@ from anyrtd.vocab import Kind, Verdict
 
 log = logging.getLogger("anyrtd.daemon")
 
+FOLLOW_WAIT_S = 5.0
+"""How long one long-poll of another space's feed waits: a space an event trigger starts
+naming meanwhile is followed from the next poll."""
+FOLLOW_IDLE_S = 1.0
+"""How often the spaces loop looks for a space to follow while no event trigger names one."""
+NO_FEED = "the server shows no change feed for it: no such space, or no feed there"
+
 
 class Role:
     """What this device does while it is active, and gives up when it is not."""
@@ -71,6 +78,9 @@ class Role:
         )
         self.chat_watch_id: str | None = None
         self.holding = False
+        self.cursors: dict[str, int] = {}
+        """Per other space an event trigger listens on, how far its change feed was read."""
+        self._unfollowed: set[str] = set()
 
     # standing built-ins and the chat-watch claim (docs/election.md)
 
@@ -195,6 +205,59 @@ class Role:
         page = await self.client.changes(space, since=FEED_HEAD, wait=0)
         if page is not None:
             self.live.heads.setdefault(space, page.seq)
+
+    async def follow_spaces(self, wait: float = FOLLOW_WAIT_S) -> None:
+        """Take one step of following the change feeds of the other spaces this device's event
+        triggers name (`spec.spaceId`), long-polling each up to `wait` s; the agent space's
+        feed is the sync loop's."""
+        places = self.sync.places
+        here = {self.space, places.space if places is not None else self.space}
+        spaces = {
+            target[0]
+            for rid in self.registry.events
+            if (e := self.registry.entries[rid]).confirmed
+            and e.row.enabled
+            and e.row.marker is None
+            and (target := event_target(e.defn, self.space)) is not None
+            and target[0] not in here
+        }
+        for gone in set(self.cursors) - spaces:
+            # Followed again later, it starts from that moment: event triggers are live-only.
+            del self.cursors[gone]
+            self.live.heads.pop(gone, None)
+        self._unfollowed &= spaces
+        if not spaces:
+            await asyncio.sleep(min(wait, FOLLOW_IDLE_S))
+            return
+        await asyncio.gather(*(self._follow(space, wait) for space in sorted(spaces)))
+
+    async def _follow(self, space: str, wait: float) -> None:
+        try:
+            if space not in self.cursors:
+                await self.listen(space)
+                if space not in self.live.heads:
+                    raise ServerError(404, "no_feed", NO_FEED)
+                self.cursors[space] = self.live.heads[space]
+            page = await self.client.changes(space, self.cursors[space], wait=wait)
+            if page is None:
+                raise ServerError(404, "no_feed", NO_FEED)
+        except (ServerUnavailable, ServerError) as exc:
+            self.sync.stats.last_error = f"space {space}: {exc}"
+            if space not in self._unfollowed:
+                self._unfollowed.add(space)
+                log.warning(
+                    "cannot follow space %s, where event triggers listen (%s): they fire "
+                    "once its change feed answers",
+                    space,
+                    exc,
+                )
+            await asyncio.sleep(wait)
+            return
+        if space in self._unfollowed:
+            self._unfollowed.discard(space)
+            log.info("following space %s again", space)
+        await self.route_events(page.changes, space)
+        self.cursors[space] = max(self.cursors.get(space, page.seq), page.seq)
 
     async def route_events(self, changes: Iterable[Change], space: str) -> None:
         """Fire the event triggers (and offer chat-watch) the new messages among `changes`."""

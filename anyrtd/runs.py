@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from anyrtd.rows import RunRow
-from anyrtd.vocab import LastStatus, RollupField, RunStatus
+from anyrtd.vocab import Kind, LastStatus, RollupField, RunStatus
 
 STATUS_OF_RUN: Mapping[str, LastStatus] = {
     RunStatus.OK: LastStatus.OK,
@@ -25,6 +25,11 @@ STATUS_OF_RUN: Mapping[str, LastStatus] = {
 
 BREAKER_STATUSES = frozenset({RunStatus.FAILED, RunStatus.INCOMPLETE})
 """Run statuses that count toward the circuit breaker; `ok` resets it, `interrupted` is neither."""
+
+SERVER_UNAVAILABLE = "ServerUnavailable"
+"""The `errorType` of a run that failed because the any server could not be reached
+(connection refused, a timeout, a 5xx): it is `FAILED`, but the breaker neither counts nor
+resets it, since the program is not at fault (docs/programs.md)."""
 
 # The agent_runs fields a program may report, well typed; everything else is dropped.
 COUNT_KEYS = ("turns", "cells", "effects", "mutations")
@@ -105,6 +110,12 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def duration_ms(started_at: float, ended_at: float) -> int:
+    """Return a run's `durationMs`: `endedAt - startedAt` of its record, which carries both
+    to the millisecond, so that the three fields always agree."""
+    return max(0, round((round(ended_at, 3) - round(started_at, 3)) * 1000))
+
+
 def run_record(row: RunRow) -> dict[str, Any]:
     """Return the `agent_runs` record of a run: the seeds' fields, `scheduledAt` and `fuel`."""
     result = row.result
@@ -134,6 +145,46 @@ def run_record(row: RunRow) -> dict[str, Any]:
     }
 
 
+def run_row(record: Mapping[str, Any]) -> RunRow | None:
+    """Return the run an `agent_runs` record describes (any device's), or None when it lacks
+    a run id or a start time. What a program reported comes back as the row's `result`; the
+    error text and the output stay on the device that ran it."""
+    run_id = record.get("runId", record.get("id"))
+    started: Any = record.get("startedAt")
+    if not isinstance(run_id, str) or not _is_number(started):
+        return None
+
+    def text(key: str) -> str | None:
+        value = record.get(key)
+        return value if isinstance(value, str) else None
+
+    def number(key: str) -> float | None:
+        value: Any = record.get(key)
+        return float(value) if _is_number(value) else None
+
+    duration = record.get("durationMs")
+    result, _ = normalize_result(
+        {k: v for k, v in record.items() if k in RESULT_KEYS and v is not None}
+    )
+    return RunRow(
+        run_id=run_id,
+        trigger_id=text("triggerId"),
+        program=text("program") or "",
+        device=text("device") or "",
+        scheduled_at=number("scheduledAt"),
+        started_at=float(started),
+        status=text("status") or RunStatus.RUNNING,
+        ended_at=number("endedAt"),
+        duration_ms=duration if _is_int(duration) else None,
+        error_type=text("errorType"),
+        result=result,
+    )
+
+
+RESULT_KEYS = frozenset((*COUNT_KEYS, *TEXT_KEYS, *NUMBER_KEYS, "tokens"))
+"""The `agent_runs` fields that carry what a program reported."""
+
+
 @dataclass(frozen=True, slots=True)
 class RollupWrite:
     """The rollup fields to write after a run, and the breaker's count and verdict."""
@@ -144,15 +195,22 @@ class RollupWrite:
     tripped: bool
 
 
-def rollup(row: RunRow, *, failures: int, run_count: int, limit: int, armed: bool) -> RollupWrite:
+def rollup(
+    row: RunRow, *, failures: int, run_count: int, limit: int, armed: bool, kind: str | None = None
+) -> RollupWrite:
     """Return the rollup after `row` ended, given the breaker count and run count before it.
 
     The breaker trips when the count reaches `limit` on a trigger that is still `armed`
     (enabled on this device); a trigger the device no longer holds never trips here.
+    A `once` takes `lastRunAt` as its consumed state (seeds), written when it fires, before
+    its program starts (`firing`), so the rollup of a trigger of `kind` once writes every
+    field but that one: a run by hand leaves a pending shot to fire at its `at` (on whichever
+    device holds it, after any restart), and a run that ends after the record was armed
+    again (a new `at`) does not consume the new shot.
     """
     if row.status == RunStatus.OK:
         failures = 0
-    elif row.status in BREAKER_STATUSES:
+    elif row.status in BREAKER_STATUSES and row.error_type != SERVER_UNAVAILABLE:
         failures += 1
     run_count += 1
     fields: dict[str, Any] = {
@@ -165,6 +223,8 @@ def rollup(row: RunRow, *, failures: int, run_count: int, limit: int, armed: boo
         RollupField.CONSECUTIVE_FAILURES: failures,
         RollupField.LAST_RUN_REF: row.run_id,
     }
+    if kind == Kind.ONCE:
+        del fields[RollupField.LAST_RUN_AT]
     tripped = armed and limit > 0 and failures >= limit
     if tripped:
         fields["enabled"] = False

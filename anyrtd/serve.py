@@ -14,7 +14,7 @@ from anyrtd.config import Config, ConfigError
 from anyrtd.control.server import ControlServer, ControlStartError
 from anyrtd.daemon import Daemon
 from anyrtd.election import Election
-from anyrtd.mirror import rebuild_if_lost
+from anyrtd.mirror import Mirror, rebuild_if_lost
 from anyrtd.mirror_guard import MirrorFault
 from anyrtd.notify import Notifier, run_watchdog
 from anyrtd.statedir import StateDirError, hold_state_dir
@@ -185,9 +185,18 @@ async def _until_stopped(stop: asyncio.Event, daemon: Daemon) -> MirrorFault | N
     return daemon.db.fault if not stop.is_set() else None
 
 
+async def refresh_summary(daemon: Daemon) -> None:
+    """Read the outbox depth (which `/healthz` reports too) and today's run count from the
+    mirror, for the status line."""
+    now = daemon.clock.now()
+    daemon.outbox_depth = await daemon.db_call(Mirror.outbox_depth)
+    counts = await daemon.db_call(lambda m: m.run_counts(since=now - now % 86400))
+    daemon.runs_today = sum(counts.values())
+
+
 async def _status_loop(daemon: Daemon, notifier: Notifier) -> None:
     while True:
-        await daemon.refresh_summary()
+        await refresh_summary(daemon)
         notifier.status(status_line(daemon))
         await asyncio.sleep(max(1.0, daemon.config.tick_s))
 

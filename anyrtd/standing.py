@@ -13,7 +13,7 @@ See docs/election.md.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +50,19 @@ class Standing:
             "program": self.program,
             "owner": owner,
         }
+
+
+OWNED_FIELDS = frozenset({"name", "kind", "spec", "program", "owner"})
+"""The fields of a standing built-in's record that the code owns: what `Standing.fields`
+writes. Only `enabled` is the user's (docs/election.md)."""
+
+
+def code_owned(trigger_id: str, fields: Iterable[str]) -> list[str]:
+    """Return the code-owned fields among `fields` of a write to `trigger_id` (none unless it
+    is a standing built-in), sorted."""
+    if trigger_id not in STANDING_BUILTINS:
+        return []
+    return sorted(OWNED_FIELDS.intersection(fields))
 
 
 STANDING: tuple[Standing, ...] = (
@@ -131,10 +144,12 @@ def decay_program(
 __all__ = [
     "DECAY_PROGRAM",
     "NOT_INSTALLED",
+    "OWNED_FIELDS",
     "STANDING",
     "STANDING_BUILTINS",
     "STANDING_BY_ID",
     "Standing",
+    "code_owned",
     "decay_program",
     "definition",
     "entries",

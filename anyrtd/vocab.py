@@ -97,6 +97,17 @@ class RollupField(StrEnum):
     LAST_RUN_REF = "lastRunRef"
 
 
+class HistorySource(StrEnum):
+    """Where a trigger's run history was read (the control API's `X-Anyrtd-Source`)."""
+
+    SERVER = "server"
+    MIRROR = "mirror"
+
+
+SOURCE_HEADER = "X-Anyrtd-Source"
+"""The control API's header that says where a list of runs was read (a `HistorySource`)."""
+
+
 STAMP_PREFIX = "anyrt-"
 _STAMP = re.compile(r"anyrt-[0-9]+", re.ASCII)
 

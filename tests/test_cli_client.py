@@ -374,7 +374,15 @@ def test_election_and_devices(cli: Cli) -> None:
 def test_doctor_finds_everything_in_order(cli: Cli) -> None:
     checks = cli.json("doctor")
     by_name = {c["name"]: c for c in checks}
-    assert list(by_name) == ["server", "devices", "anchor", "mirror", "control", "clock"]
+    assert list(by_name) == [
+        "server",
+        "devices",
+        "anchor",
+        "triggers",
+        "mirror",
+        "control",
+        "clock",
+    ]
     for name in ("server", "anchor", "mirror", "control", "clock"):
         assert by_name[name]["status"] == "ok", by_name[name]
     assert "ok" in cli("doctor").stdout

@@ -16,12 +16,13 @@ from support import SEED_KEYS
 
 from anyrtd.client import ServerUnavailable
 from anyrtd.control.api import make_app
+from anyrtd.history import RunHistory
 from anyrtd.metrics import Stats
 from anyrtd.model import Malformed, TriggerDef, parse_record
 from anyrtd.port import Health, Metrics, Port, TriggerFacts, Triggers
 from anyrtd.registry import Entry, new_row
 from anyrtd.rows import RunRow
-from anyrtd.vocab import RunStatus
+from anyrtd.vocab import HistorySource, RunStatus
 
 NOW = 1_800_000_000.0
 ME = "peer-here"
@@ -85,6 +86,13 @@ class FakePort:
             and (status is None or r.status == status)
         ]
         return rows[:limit]
+
+    async def trigger_runs(
+        self, trigger_id: str, /, *, status: str | None = None, limit: int = 20
+    ) -> RunHistory:
+        rows = await self.runs(trigger_id=trigger_id, status=status, limit=limit)
+        source = HistorySource.MIRROR if self.server_away else HistorySource.SERVER
+        return RunHistory(rows, source)
 
     async def run(self, run_id: str) -> RunRow | None:
         return next((r for r in self.run_rows if r.run_id == run_id), None)
@@ -249,6 +257,33 @@ async def test_runs_pass_their_filters_to_the_port_and_refuse_bad_ones(
     assert port.runs_asked == [("daily", "FAILED", 5), ("daily", None, 20)]
     assert (await http.get("/runs/r1")).status == 200
     assert (await http.get("/runs/nope")).status == 404
+
+
+async def test_runs_say_whether_the_server_or_this_devices_mirror_answered(
+    http: TestClient[Any, Any], port: FakePort
+) -> None:
+    resp = await http.get("/triggers/daily/runs")
+    assert resp.headers["X-Anyrtd-Source"] == "server"
+    assert (await http.get("/runs?trigger=daily")).headers["X-Anyrtd-Source"] == "server"
+    assert (await http.get("/runs")).headers["X-Anyrtd-Source"] == "mirror"
+    object.__setattr__(port, "server_away", True)
+    resp = await http.get("/triggers/daily/runs")
+    assert resp.headers["X-Anyrtd-Source"] == "mirror"
+    assert [r["runId"] for r in await resp.json()] == ["r1", "r2"]
+
+
+async def test_patch_refuses_a_standing_built_ins_spec_and_takes_its_enabled(
+    http: TestClient[Any, Any], port: FakePort
+) -> None:
+    port.put("rollup", kind="cron", spec={"cron": "0 8 * * *"}, program="agent:rollup@v1")
+    resp = await http.patch("/triggers/rollup", json={"spec": {"cron": "* * * * *"}})
+    body = await resp.json()
+    assert resp.status == 409 and body["error"]["code"] == "code_owned"
+    assert "only enabled can change" in body["error"]["message"]
+    assert port.writes == []
+    resp = await http.patch("/triggers/rollup", json={"enabled": False})
+    assert resp.status == 200
+    assert port.writes == [("rollup", {"enabled": False}, [])]
 
 
 async def test_health_turns_stale_past_three_ticks_or_thirty_seconds(

@@ -314,7 +314,7 @@ async def test_faults_imitate_a_server_without_registry_or_feed(
 ) -> None:
     c = http[0]
     resp = await c.post("/_dev/faults", json={"devices": "missing"})
-    assert resp.json()["faults"] == {"devices": "missing", "changes": None}
+    assert resp.json()["faults"] == {"devices": "missing", "changes": None, "writes": None}
     for call in (
         c.get("/v1/devices"),
         c.put("/v1/devices/me", json={"apps": {}}),
@@ -333,13 +333,35 @@ async def test_faults_imitate_a_server_without_registry_or_feed(
     assert resp.status_code == 404 and error_code(resp) == "no_route"
     await c.post("/_dev/faults", json={"changes": None})
     assert (await c.get("/v1/spaces/bao/changes")).status_code == 200
-    for bad in ({}, {"devices": "broken"}, {"changes": "error"}, {"device": 9, "devices": None}):
+    await c.post("/_dev/faults", json={"writes": "error"})
+    anchor = (
+        await c.post("/v1/spaces/bao/bundles/bao%2Fv1/children", json={"seed": "bao/triggers/v1"})
+    ).json()["objectId"]
+    where = {"objectId": anchor, "dataset": "agent_triggers"}
+    resp = await c.post(
+        "/v1/spaces/bao/upsert", json={**where, "records": [{"id": "a", "fields": {}}]}
+    )
+    assert resp.status_code == 503 and error_code(resp) == "unavailable"
+    assert (await c.post("/v1/spaces/bao/query", json=where)).status_code == 200, "reads work"
+    await c.post("/_dev/faults", json={"writes": None})
+    resp = await c.post(
+        "/v1/spaces/bao/upsert", json={**where, "records": [{"id": "a", "fields": {}}]}
+    )
+    assert resp.status_code == 200
+    for bad in (
+        {},
+        {"devices": "broken"},
+        {"changes": "error"},
+        {"writes": "missing"},
+        {"device": 9, "devices": None},
+    ):
         resp = await c.post("/_dev/faults", json=bad)
         assert resp.status_code in (400, 404) and error_code(resp) in ("bad_request", "not_found")
     state = (await c.get("/_dev/state")).json()
     assert (
         state["mode"] == "shared"
-        and [d["faults"] for d in state["devices"]] == [{"devices": None, "changes": None}] * 3
+        and [d["faults"] for d in state["devices"]]
+        == [{"devices": None, "changes": None, "writes": None}] * 3
     )
 
 

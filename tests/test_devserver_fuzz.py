@@ -132,6 +132,6 @@ def test_random_bodies_never_get_a_5xx(devserver: DevserverProcess) -> None:
 
         check()
         # faults the fuzzing may have set are cleared, then the server still answers everything
-        http.post("/_dev/faults", json={"devices": None, "changes": None})
+        http.post("/_dev/faults", json={"devices": None, "changes": None, "writes": None})
         assert http.get("/v1/devices").status_code == 200
         assert http.get("/v1/spaces/bao/changes").status_code == 200

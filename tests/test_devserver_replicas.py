@@ -371,5 +371,5 @@ def test_the_fixture_drives_the_admin_routes(devserver_factory: Factory) -> None
     assert dev.admin("state", device=2)["devices"][1]["partitioned"] is True
     assert dev.admin("heal")["partitioned"] == []
     faults = dev.admin("faults", {"devices": "missing"}, device=2)["faults"]
-    assert faults == {"devices": "missing", "changes": None}
+    assert faults == {"devices": "missing", "changes": None, "writes": None}
     assert httpx.get(f"{dev.urls[1]}/v1/devices", timeout=10).status_code == 404

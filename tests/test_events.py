@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fleet import Fleet, Node
 from support import async_wait_until
 
@@ -252,6 +253,109 @@ async def test_a_message_reaches_its_program_within_a_second(
         async with asyncio.timeout(5):
             await seen.wait()
         assert started[0] - sent < 1.0
+    finally:
+        await daemon.stop()
+        await user.aclose()
+
+
+async def test_a_trigger_on_another_spaces_chat_follows_that_spaces_feed(
+    devserver_factory: Callable[..., Any], tmp_path: Path
+) -> None:
+    # One devserver file holding two spaces: `team` made by a first start, `bao` by the second.
+    first = devserver_factory(space="team")
+    first.stop()
+    server = devserver_factory(db=first.db)
+    seen: list[dict[str, Any]] = []
+
+    async def program(args: Any, ctx: Any) -> None:
+        seen.append(dict(args["event"]))
+
+    client = ServerClient(server.url)
+    runner = Runner(
+        client=client,
+        clock=SystemClock(),
+        agent_name="bao",
+        space="bao",
+        commands={},
+        extra_builtins={"test:mark@v1": program},
+    )
+    config = Config(server=server.url, state_dir=tmp_path / "state", tick_s=0.2)
+    daemon = Daemon(config, client=client, runner=runner)
+    user = ServerClient(server.url)
+    try:
+        await daemon.start()
+        places = await async_wait_until(
+            lambda: asyncio.sleep(0, daemon.places), what="the daemon to resolve"
+        )
+        elsewhere = await user.child("team", "bao/v1", "bao/chat/general")
+        home = await user.child("bao", "bao/v1", "bao/chat/general")
+        fields = {
+            "kind": "event",
+            "spec": {"dataset": "chat_messages", "objectId": elsewhere, "spaceId": "team"},
+            "program": "test:mark@v1",
+            "owner": daemon.peer_id,
+        }
+        await user.upsert(places.triggers, [Upsert("team-chat", fields)])
+        await async_wait_until(
+            lambda: asyncio.sleep(0, "team" in daemon.role.live.heads),
+            timeout=30,
+            what="the other space's feed to be followed",
+        )
+        facts = daemon.trigger("team-chat")
+        assert facts is not None and facts.entry is not None and facts.entry.row.marker is None
+        # A message in the agent space's chat does not fire it.
+        await user.upsert(
+            Dataset("bao", home, "chat_messages"),
+            [Upsert("m-home", {"text": "at home", "author": "ana", "createdAt": time.time()})],
+        )
+        await user.upsert(
+            Dataset("team", elsewhere, "chat_messages"),
+            [Upsert("m-team", {"text": "over here", "author": "ana", "createdAt": time.time()})],
+        )
+        await async_wait_until(
+            lambda: asyncio.sleep(0, seen), timeout=30, what="the trigger to fire"
+        )
+        assert seen == [
+            {"space": "team", "objectId": elsewhere, "messageId": "m-team", "text": "over here"}
+        ]
+        # Disabled, the trigger's space is no longer followed.
+        await user.upsert(places.triggers, [Upsert("team-chat", {"enabled": False})])
+        await async_wait_until(
+            lambda: asyncio.sleep(0, "team" not in daemon.role.cursors),
+            timeout=30,
+            what="the other space to be let go",
+        )
+    finally:
+        await daemon.stop()
+        await user.aclose()
+
+
+async def test_a_space_that_cannot_be_followed_is_named_in_the_log_and_health(
+    devserver_factory: Callable[..., Any], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = devserver_factory()
+    config = Config(server=server.url, state_dir=tmp_path / "state", tick_s=0.2)
+    daemon = Daemon(config)
+    user = ServerClient(server.url)
+    try:
+        await daemon.start()
+        places = await async_wait_until(
+            lambda: asyncio.sleep(0, daemon.places), what="the daemon to resolve"
+        )
+        fields = {
+            "kind": "event",
+            "spec": {"dataset": "chat_messages", "objectId": "c1", "spaceId": "nowhere"},
+            "program": "agent:remind@v1",
+            "owner": daemon.peer_id,
+        }
+        await user.upsert(places.triggers, [Upsert("lost", fields)])
+        await async_wait_until(
+            lambda: asyncio.sleep(0, "cannot follow space nowhere" in caplog.text),
+            timeout=30,
+            what="a warning naming the space",
+        )
+        assert "no such space" in caplog.text
+        assert "space nowhere" in (daemon.health().last_error or "")
     finally:
         await daemon.stop()
         await user.aclose()

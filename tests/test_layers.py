@@ -43,6 +43,7 @@ FLOW: tuple[tuple[str, ...], ...] = (
     ("anyrtd.sync",),
     ("anyrtd.apply",),
     ("anyrtd.firing",),
+    ("anyrtd.history",),
     # the port its readers use, the chat responder, and the active role
     ("anyrtd.port",),
     ("anyrtd.chat",),

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from support import async_wait_until
 
-from anyrtd.client import ServerClient
+from anyrtd.client import ServerClient, ServerUnavailable
 from anyrtd.clock import FakeClock, SystemClock
 from anyrtd.config import CommandProgram
 from anyrtd.program import ProgramContext, ProgramFn, RunOutcome, RunRequest
@@ -226,6 +226,40 @@ async def test_program_that_raises_fails_with_the_exception_class(make_runner: M
     assert out.error == "the API quota is used up"
     assert "Traceback" in out.output and "QuotaExhausted" in out.output
     assert out.result == {}
+
+
+async def test_a_program_the_server_failed_says_so_in_its_error_type(
+    make_runner: MakeRunner,
+) -> None:
+    class PostFailed(RuntimeError):
+        pass
+
+    async def post(args: Mapping[str, Any], ctx: ProgramContext) -> None:
+        await ctx.client.spaces()  # the test's client answers 503: the server is away
+
+    async def wrapped(args: Mapping[str, Any], ctx: ProgramContext) -> None:
+        try:
+            await ctx.client.spaces()
+        except ServerUnavailable as exc:
+            raise PostFailed("could not post the reminder") from exc
+
+    runner = make_runner(programs={"test:post@v1": post, "test:wrapped@v1": wrapped})
+    direct = await runner.run(request("test:post@v1"))
+    assert (direct.status, direct.error_type) == ("FAILED", "ServerUnavailable")
+    assert direct.error is not None and "server error 503" in direct.error
+    wrap = await runner.run(request("test:wrapped@v1"))
+    assert (wrap.status, wrap.error_type) == ("FAILED", "ServerUnavailable")
+    assert wrap.error == "could not post the reminder"
+
+
+async def test_a_command_exiting_75_says_the_server_could_not_be_reached(
+    make_runner: MakeRunner,
+) -> None:
+    prog = py("import sys; print('POST refused'); sys.exit(75)")
+    out = await make_runner(commands={"mine:post@v1": prog}).run(request("mine:post@v1"))
+    assert (out.status, out.error_type) == ("FAILED", "ServerUnavailable")
+    assert out.error is not None and "exited with status 75" in out.error
+    assert "could not reach the any server" in out.error
 
 
 async def test_command_that_exits_non_zero_fails_with_exit_code(make_runner: MakeRunner) -> None:

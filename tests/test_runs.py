@@ -54,6 +54,16 @@ def test_each_outcome_moves_the_breaker_as_runtime_md_says(
     assert write.fields["lastRunRef"] == "r1" and write.fields["runCount"] == 5
 
 
+@pytest.mark.parametrize("before", [0, 2])
+def test_a_run_the_server_failed_is_an_error_but_moves_the_breaker_neither_way(before: int) -> None:
+    failed = row("FAILED")
+    failed.error_type = "ServerUnavailable"
+    write = rollup(failed, failures=before, run_count=4, limit=3, armed=True)
+    assert write.failures == before and not write.tripped and "enabled" not in write.fields
+    assert write.fields["lastStatus"] == "error" and write.fields["consecutiveFailures"] == before
+    assert write.fields["runCount"] == 5
+
+
 def test_the_breaker_trips_at_the_limit() -> None:
     write = rollup(row("FAILED"), failures=2, run_count=2, limit=3, armed=True)
     assert write.tripped and write.fields["enabled"] is False

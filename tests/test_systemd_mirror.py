@@ -1,7 +1,7 @@
 """A broken mirror under a real systemd: the packaged unit fails once, without a restart loop.
 
-Uses the sandboxed systemd and the installed unit of tests/test_systemd.py (its fixtures,
-imported here); see that module for what the sandbox is and what it needs.
+Uses the sandboxed systemd (tests/systemd_fixtures.py) and the installed unit of
+tests/test_systemd.py (its fixtures, imported here); see those for what the sandbox needs.
 """
 
 from __future__ import annotations
@@ -11,18 +11,16 @@ import time
 
 import pytest
 from support import wait_until
+from systemd_machine import STATE_PRIVATE
 from test_systemd import (  # noqa: F401 - fixtures, used by name
-    STATE_PRIVATE,
     Service,
-    machine,
-    opt_home,
     server,
     service,
-    systemd,
 )
 
 from anyrtd.mirror_guard import EXIT_BROKEN_STATE, MARKER_FILE
 
+pytest_plugins = ("systemd_fixtures",)
 pytestmark = pytest.mark.systemd
 
 STATE = STATE_PRIVATE / "anyrtd"  # StateDirectory= with DynamicUser=: /var/lib/private/anyrtd

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import zoneinfo
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from anyrtd.address import AddressError
@@ -14,6 +16,7 @@ from anyrtd.config import Config
 from anyrtd.election import APP
 from anyrtd.model import Malformed, parse_record
 from anyrtd.places import TRIGGER_TYPE_KEY
+from anyrtd.vocab import LastStatus, Marker
 
 EARLIEST_PLAUSIBLE = 1_704_067_200.0  # 2024-01-01: a clock before this was never set
 CLOCK_SKEW_S = 5.0
@@ -38,11 +41,19 @@ class _Doctor:
         self.now = now
         self.checks: list[Check] = []
         self.self_id: str | None = None
+        self.records: list[dict[str, Any]] | None = None
+        """The trigger records on the server, when they could be read."""
+        self.health: Any = None
+        """What the daemon's `/healthz` answered, or the error that stopped the request."""
+        self.held: list[Any] | None = None
+        """The triggers as the daemon's `GET /triggers` shows them, when it answered."""
 
     def add(self, name: str, status: str, detail: str, fix: str | None = None) -> None:
         self.checks.append(Check(name, status, detail, fix))
 
     async def run(self) -> list[Check]:
+        # The daemon first: its state directory is the one whose mirror is checked.
+        await asyncio.to_thread(self._ask_daemon)
         async with ServerClient(self.config.server, timeout=5.0) as client:
             reachable = await self._server(client)
             if reachable:
@@ -52,6 +63,7 @@ class _Doctor:
                 for name in ("devices", "anchor"):
                     self.add(name, "skip", "the server is not reachable")
                 newest = None
+        self._triggers()
         await asyncio.to_thread(self._mirror)
         await asyncio.to_thread(self._control)
         self._clock(newest)
@@ -151,6 +163,7 @@ class _Doctor:
         except (ServerUnavailable, ServerError) as exc:
             self.add("anchor", "fail", f"reading the trigger records failed: {exc}", "retry")
             return None
+        self.records = records
         bad = [p for r in records if isinstance(p := parse_record(r), Malformed)]
         detail = f"{len(records)} trigger record(s) on the anchor {objects[0]}"
         if bad:
@@ -166,10 +179,60 @@ class _Doctor:
         stamps = [r["_updatedAt"] for r in records if isinstance(r.get("_updatedAt"), int | float)]
         return max(stamps) if stamps else None
 
+    def _triggers(self) -> None:
+        items: Iterable[Mapping[str, Any]] | None = self.records
+        source = "on the server"
+        if items is None and isinstance(self.held, list):
+            items, source = [t for t in self.held if isinstance(t, Mapping)], "on this device"
+        if items is None:
+            self.add("triggers", "skip", "neither the server nor the daemon answered")
+            return
+        items = list(items)
+        auto = sorted(
+            str(t.get("id"))
+            for t in items
+            if t.get("lastStatus") == LastStatus.AUTO_DISABLED and t.get("enabled") is False
+        )
+        invalid = sorted(
+            str(t.get("id")) for t in items if t.get("lastStatus") == Marker.INVALID_SPEC
+        )
+        if not auto and not invalid:
+            self.add(
+                "triggers",
+                "ok",
+                f"{len(items)} trigger(s) {source}; none auto-disabled or invalid_spec",
+            )
+            return
+        found = []
+        if auto:
+            found.append(f"auto-disabled after repeated failures: {', '.join(auto)}")
+        if invalid:
+            found.append(f"invalid_spec (can never fire): {', '.join(invalid)}")
+        first = (auto or invalid)[0]
+        then = f"`anyrtd triggers enable {first}`" if auto else f"`anyrtd triggers edit {first}`"
+        self.add(
+            "triggers",
+            "warn",
+            f"{len(items)} trigger(s) {source}; " + "; ".join(found),
+            f"`anyrtd triggers show {first}` says why; fix it, then {then}",
+        )
+
     def _mirror(self) -> None:
         from anyrtd.mirror import Mirror
 
         path = self.config.mirror_path
+        ran = self.health.get("stateDir") if isinstance(self.health, dict) else None
+        if isinstance(ran, str) and ran and Path(ran) != self.config.state_dir:
+            # The daemon's own state directory is the one that matters, not this command's.
+            path = self.config.with_overrides(state_dir=Path(ran)).mirror_path
+            self.add(
+                "statedir",
+                "warn",
+                f"the daemon uses {ran}, this command {self.config.state_dir}; the mirror "
+                "checked is the daemon's",
+                "give the CLI the daemon's --state-dir (or ANYRTD_STATE_DIR) to read the same "
+                "mirror",
+            )
         if not path.exists():
             self.add(
                 "mirror",
@@ -184,6 +247,14 @@ class _Doctor:
                 current, head = mirror.revisions()
             finally:
                 mirror.close()
+        except PermissionError as exc:
+            self.add(
+                "mirror",
+                "warn",
+                f"{path} cannot be read as this user: {exc}",
+                "run the doctor as the daemon's user (e.g. `sudo -u anyrtd anyrtd doctor`)",
+            )
+            return
         except Exception as exc:  # a damaged file must not crash the doctor
             self.add("mirror", "fail", f"{path} cannot be read: {exc}", "move it away and restart")
             return
@@ -197,12 +268,22 @@ class _Doctor:
                 "run `anyrtd db upgrade`",
             )
 
-    def _control(self) -> None:
+    def _ask_daemon(self) -> None:
         try:
             with ControlClient(self.config.listen, token_file=self.config.token_file) as ctl:
-                health = ctl.request("GET", "/healthz", ok=(503,))
+                self.health = ctl.request("GET", "/healthz", ok=(503,))
+                if isinstance(self.health, dict):
+                    try:
+                        self.held = ctl.request("GET", "/triggers")
+                    except ControlError:
+                        self.held = None  # the triggers check falls back to the server's
         except (ControlUnreachable, ControlError, AddressError) as exc:
-            self.add("control", "fail", str(exc), "start `anyrtd serve`, or set --listen")
+            self.health = exc
+
+    def _control(self) -> None:
+        health = self.health
+        if isinstance(health, Exception):
+            self.add("control", "fail", str(health), "start `anyrtd serve`, or set --listen")
             return
         if not isinstance(health, dict):
             self.add("control", "fail", f"{self.config.listen} is not an anyrtd control API")

@@ -55,6 +55,8 @@ class ControlClient:
         )
         self._timeout = timeout
         self._probed = False
+        self.last_headers: Mapping[str, str] = {}
+        """The headers of the last answer (`X-Anyrtd-Source` says where runs were read)."""
 
     def close(self) -> None:
         self._http.close()
@@ -85,6 +87,7 @@ class ControlClient:
                 resp = self._http.request(method, path, params=params, json=body)
         except httpx.TransportError as exc:
             raise self._unreachable(exc.__class__.__name__) from None
+        self.last_headers = resp.headers
         if resp.status_code >= 400 and resp.status_code not in ok:
             code, message = "error", resp.text.strip() or resp.reason_phrase
             try:

@@ -20,7 +20,7 @@ from anyrtd.cli.shared import (
     path_id,
 )
 from anyrtd.config import Config
-from anyrtd.vocab import RunStatus
+from anyrtd.vocab import SOURCE_HEADER, HistorySource, RunStatus
 
 
 @click.group()
@@ -63,15 +63,26 @@ def runs_table(items: list[dict[str, Any]], now: float) -> str:
 def runs_list(
     config: Config, trigger_id: str | None, status: str | None, limit: int, as_json: bool
 ) -> None:
-    """List the newest runs on this device."""
+    """List the newest runs on this device (with --trigger, that trigger's on every device)."""
     with control(config) as ctl:
         items = ctl.get("/runs", trigger=trigger_id, status=status, limit=limit)
+        source = ctl.last_headers.get(SOURCE_HEADER)
+    note = source_note(source) if trigger_id is not None else None
     if as_json:
         emit_json(items)
-    elif not items:
-        click.echo("no runs")
-    else:
-        click.echo(runs_table(items, time.time()))
+        if note is not None and source == HistorySource.MIRROR:
+            click.echo(note, err=True)
+        return
+    click.echo(runs_table(items, time.time()) if items else "no runs")
+    if note is not None:
+        click.echo(f"({note})")  # after the table, whose first line stays its header
+
+
+def source_note(source: str | None) -> str:
+    """Return the line that says where a trigger's runs were read."""
+    if source == HistorySource.SERVER:
+        return "runs on every device (the server's agent_runs)"
+    return "runs on this device only (the server is not reachable; from the mirror)"
 
 
 def print_run(run: Mapping[str, Any]) -> None:

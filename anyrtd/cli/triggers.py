@@ -22,7 +22,7 @@ import click
 
 from anyrtd.cli import format as fmt
 from anyrtd.cli.caution import confirm
-from anyrtd.cli.runs import print_run, runs_table
+from anyrtd.cli.runs import print_run, runs_table, source_note
 from anyrtd.cli.shared import (
     client_command,
     complete_trigger,
@@ -34,7 +34,7 @@ from anyrtd.cli.shared import (
     path_id,
 )
 from anyrtd.config import Config
-from anyrtd.vocab import Kind, RollupField, RunStatus, TriggerState, is_unassigned
+from anyrtd.vocab import SOURCE_HEADER, Kind, RollupField, RunStatus, TriggerState, is_unassigned
 
 if TYPE_CHECKING:
     from anyrtd.cli.control import ControlClient
@@ -161,6 +161,7 @@ def triggers_show(config: Config, trigger_id: str, as_json: bool) -> None:
     with control(config) as ctl:
         trigger = ctl.get(f"/triggers/{path_id(trigger_id)}")
         runs = ctl.get(f"/triggers/{path_id(trigger_id)}/runs")
+        source = ctl.last_headers.get(SOURCE_HEADER)
         me = _peer_of(ctl)
     if as_json:
         emit_json({"trigger": trigger, "runs": runs})
@@ -202,11 +203,8 @@ def triggers_show(config: Config, trigger_id: str, as_json: bool) -> None:
     for at in fires[1:]:
         click.echo(f"{''.ljust(width)} {fmt.when(at, now)}")
     click.echo("")
-    if runs:
-        click.echo("recent runs:")
-        click.echo(runs_table(runs[:10], now))
-    else:
-        click.echo("no runs on this device yet")
+    click.echo(f"recent {source_note(source)}:")
+    click.echo(runs_table(runs[:10], now) if runs else "none yet")
 
 
 def parse_at(text: str, now: float, zone: tzinfo | None = None) -> float:
@@ -450,6 +448,14 @@ def triggers_create(
     click.echo(f"created {rid} ({written['kind']}, {what}); {_adopt_hint(written['owner'])}")
 
 
+def _rearm(before: Mapping[str, Any], fields: dict[str, Any]) -> None:
+    """Enable again a fired `once` (it disabled itself) that a new `at` arms again, unless
+    the write says otherwise (`--disabled`)."""
+    fired = before.get("kind") == Kind.ONCE and before.get(RollupField.LAST_RUN_AT) is not None
+    if fired and before.get("enabled") is False and "enabled" not in fields:
+        fields["enabled"] = True
+
+
 @triggers.command("edit")
 @client_command
 @click.argument("trigger_id", metavar="ID", shell_complete=complete_trigger)
@@ -494,8 +500,10 @@ def triggers_edit(
             if stored.fields.get("kind") == Kind.ONCE:
                 # A once takes lastRunAt as its consumed state: a new `at` re-arms the shot.
                 unset_fields_list.append(RollupField.LAST_RUN_AT.value)
+                _rearm(stored.fields, filled)
         elif filled.get("kind") == Kind.ONCE:
             unset_fields_list.append(RollupField.LAST_RUN_AT.value)
+            _rearm(stored.fields, filled)
         await records.update(trigger_id, filled, unset_fields_list, dry_run=True)
         confirm(*await _concerns(records, config, stored.fields, filled), yes)
         await records.update(trigger_id, filled, unset_fields_list)
@@ -610,6 +618,8 @@ async def _plan(records: Records, rid: str, fields: dict[str, Any], force: bool)
     if {"spec", "kind"} & set(changed) and kind == Kind.ONCE and last_run in before:
         # A once takes lastRunAt as its consumed state: a new `at` re-arms the shot.
         unset.append(last_run)
+        if "enabled" not in filled:
+            _rearm(before, changed)
     if not changed and not unset:
         return Planned(rid, "unchanged", {}, before)
     await records.update(rid, changed, unset, dry_run=True)
@@ -786,6 +796,9 @@ def triggers_run(
 @click.option("--yes", "-y", is_flag=True, help="Do not ask.")
 def triggers_delete(config: Config, trigger_id: str, yes: bool) -> None:
     """Delete a trigger record (its id stays tombstoned: it cannot be reused)."""
+    from anyrtd.control.writes import check_deletable
+
+    check_deletable(trigger_id)  # before the question: the answer would not matter
     if not yes:
         click.confirm(
             f"delete {trigger_id}? its id cannot be reused afterwards", abort=True, err=True

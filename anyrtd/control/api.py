@@ -36,9 +36,11 @@ from anyrtd.control.views import (
     trigger_state,
     trigger_view,
 )
+from anyrtd.history import RunHistory
 from anyrtd.model import TriggerDef, spec_error
 from anyrtd.port import Port, TriggerFacts
-from anyrtd.vocab import Kind, LastStatus, RollupField, RunStatus
+from anyrtd.standing import code_owned
+from anyrtd.vocab import SOURCE_HEADER, HistorySource, Kind, LastStatus, RollupField, RunStatus
 
 PORT = web.AppKey("port", Port)
 LIST_CACHE = web.AppKey("list_cache", ListCache)
@@ -216,10 +218,16 @@ async def get_trigger(request: web.Request) -> web.Response:
 
 
 async def trigger_runs(request: web.Request) -> web.Response:
-    """GET /triggers/:id/runs: the 20 newest run summaries."""
+    """GET /triggers/:id/runs: the 20 newest run summaries, from every device."""
     port, facts = _known(request)
-    rows = await port.runs(trigger_id=facts.id, limit=TRIGGER_RUNS)
-    return web.json_response([run_summary(r) for r in rows])
+    return _history(await port.trigger_runs(facts.id, limit=TRIGGER_RUNS))
+
+
+def _history(history: RunHistory) -> web.Response:
+    """Answer the runs, saying where they were read (the list keeps the seeds' shape)."""
+    return web.json_response(
+        [run_summary(r) for r in history.runs], headers={SOURCE_HEADER: history.source}
+    )
 
 
 async def patch_trigger(request: web.Request) -> web.Response:
@@ -236,6 +244,14 @@ async def patch_trigger(request: web.Request) -> web.Response:
         )
     if not body:
         raise BadRequest('nothing to change: send spec and/or enabled, e.g. {"enabled": false}')
+    if owned := code_owned(facts.id, body):
+        raise BadRequest(
+            f"trigger {facts.id!r} is a standing built-in: its {', '.join(owned)} is anyrtd's "
+            "own (docs/election.md), nothing was written; only enabled can change, e.g. "
+            '{"enabled": false}',
+            status=409,
+            code="code_owned",
+        )
     fields: dict[str, Any] = {}
     unset: list[str] = []
     parsed = facts.parsed
@@ -248,6 +264,9 @@ async def patch_trigger(request: web.Request) -> web.Response:
         if kind == Kind.ONCE and isinstance(parsed, TriggerDef) and body["spec"] != parsed.spec:
             # A once takes lastRunAt as its consumed state: a new `at` re-arms the shot.
             unset.append(RollupField.LAST_RUN_AT)
+            if parsed.rollup.last_run_at is not None and not parsed.enabled:
+                # It fired and disabled itself: armed again means enabled again.
+                body.setdefault("enabled", True)
     if "enabled" in body:
         enabled = body["enabled"]
         if not isinstance(enabled, bool):
@@ -307,7 +326,8 @@ async def run_trigger(request: web.Request) -> web.Response:
 
 
 async def list_runs(request: web.Request) -> web.Response:
-    """GET /runs?trigger=&status=&limit=: the newest runs on this device."""
+    """GET /runs?trigger=&status=&limit=: the newest runs on this device; a trigger's from
+    every device."""
     port = _port(request)
     trigger = request.query.get("trigger") or None
     status = request.query.get("status") or None
@@ -321,8 +341,10 @@ async def list_runs(request: web.Request) -> web.Response:
                 f"limit {limit_text!r}: give a whole number from 1 to {MAX_RUNS_LIMIT}"
             )
         limit = int(limit_text)
-    rows = await port.runs(trigger_id=trigger, status=status, limit=limit)
-    return web.json_response([run_summary(r) for r in rows])
+    if trigger is not None:
+        return _history(await port.trigger_runs(trigger, status=status, limit=limit))
+    rows = await port.runs(status=status, limit=limit)
+    return _history(RunHistory(rows, HistorySource.MIRROR))
 
 
 async def get_run(request: web.Request) -> web.Response:
@@ -364,6 +386,7 @@ async def healthz(request: web.Request) -> web.Response:
         "staleAfterS": stale_after,
         "tickS": health.tick_s,
         "peerId": health.peer_id,
+        "stateDir": health.state_dir,
         "verdict": health.verdict,
         "triggers": health.triggers,
         "serverResolved": health.server_resolved,

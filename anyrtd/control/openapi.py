@@ -5,7 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from anyrtd.control.page import OPENAPI_PATHS
-from anyrtd.vocab import ENDED_STATUSES, Kind, RunStatus, TriggerState, Verdict
+from anyrtd.vocab import (
+    ENDED_STATUSES,
+    SOURCE_HEADER,
+    HistorySource,
+    Kind,
+    RunStatus,
+    TriggerState,
+    Verdict,
+)
 
 RUN_STATUSES: list[str] = [RunStatus.RUNNING, *ENDED_STATUSES]
 """A run's `status` as the API shows it: `running` first, then the four outcomes."""
@@ -28,7 +36,8 @@ def _errors(*statuses: int) -> dict[str, Any]:
         401: "A bearer token is required (TCP listener with token_file).",
         403: "Refused: the Host is not loopback, or a cross-site write.",
         404: "No such trigger or run.",
-        409: "The trigger is not in this device's registry.",
+        409: "The trigger is not in this device's registry (run), or the change is to a "
+        "standing built-in's code-owned definition (PATCH).",
         415: "A body that is not JSON.",
         502: "The any server refused the write.",
         503: "The any server is not reachable; nothing was written.",
@@ -191,6 +200,10 @@ _SCHEMAS: dict[str, Any] = {
             "staleAfterS": {"type": "number"},
             "tickS": {"type": "number"},
             "peerId": _STR_OR_NULL,
+            "stateDir": {
+                **_STR_OR_NULL,
+                "description": "The state directory the daemon uses: its mirror and lock.",
+            },
             "verdict": {"type": "string"},
             "triggers": {"type": "integer"},
             "serverResolved": {"type": "boolean"},
@@ -203,6 +216,18 @@ _SCHEMAS: dict[str, Any] = {
         },
     },
 }
+
+
+def _runs_answer() -> dict[str, Any]:
+    answer = _json({"type": "array", "items": _ref("Run")}, "Newest first.")
+    answer["headers"] = {
+        SOURCE_HEADER: {
+            "description": "Where the runs were read: the server's agent_runs, or this "
+            "device's mirror (the server away, or no trigger asked for).",
+            "schema": {"type": "string", "enum": [s.value for s in HistorySource]},
+        }
+    }
+    return answer
 
 
 def _trigger_op(summary: str, *, errors: tuple[int, ...] = (404,)) -> dict[str, Any]:
@@ -240,7 +265,7 @@ def _paths() -> dict[str, Any]:
             "patch": {
                 **_trigger_op(
                     "Change spec and/or enabled; a new spec re-arms forward. Writes through.",
-                    errors=write_errors,
+                    errors=(*write_errors, 409),
                 ),
                 "requestBody": {
                     "required": True,
@@ -250,10 +275,11 @@ def _paths() -> dict[str, Any]:
         },
         "/triggers/{id}/runs": {
             "get": {
-                "summary": "The 20 newest run summaries of a trigger.",
+                "summary": "The 20 newest run summaries of a trigger, on every device (the "
+                "server's agent_runs; this device's mirror when the server is away).",
                 "parameters": [_ID_PARAM],
                 "responses": {
-                    "200": _json({"type": "array", "items": _ref("Run")}, "Newest first."),
+                    "200": _runs_answer(),
                     **_errors(404),
                 },
             }
@@ -278,7 +304,8 @@ def _paths() -> dict[str, Any]:
         },
         "/runs": {
             "get": {
-                "summary": "The newest runs on this device.",
+                "summary": "The newest runs on this device; with trigger, that trigger's on "
+                "every device, as /triggers/{id}/runs.",
                 "parameters": [
                     {"name": "trigger", "in": "query", "schema": {"type": "string"}},
                     {
@@ -293,7 +320,7 @@ def _paths() -> dict[str, Any]:
                     },
                 ],
                 "responses": {
-                    "200": _json({"type": "array", "items": _ref("Run")}, "Newest first."),
+                    "200": _runs_answer(),
                     **_errors(400),
                 },
             }

@@ -16,6 +16,7 @@ from anyrtd.registry import Entry
 from anyrtd.rows import RunRow
 from anyrtd.runs import run_record
 from anyrtd.schedule import preview
+from anyrtd.standing import STANDING_BY_ID, definition
 from anyrtd.vocab import (
     ENDED_STATUSES,
     Kind,
@@ -67,7 +68,7 @@ def trigger_view(
     detail: bool = False,
 ) -> dict[str, Any]:
     """Return the control API's view of one trigger (a registry entry or a known record)."""
-    defn = parsed if isinstance(parsed, TriggerDef) else entry.defn if entry is not None else None
+    defn = _shown(trigger_id, entry, parsed, raw)
     if defn is None:
         return _malformed_view(trigger_id, parsed, raw)
     rollup = defn.rollup
@@ -108,6 +109,22 @@ def trigger_view(
             claimedAt=row.claimed_at if row is not None else None,
         )
     return view
+
+
+def _shown(
+    trigger_id: str,
+    entry: Entry | None,
+    parsed: TriggerDef | Malformed | None,
+    raw: Mapping[str, Any] | None,
+) -> TriggerDef | None:
+    """Return the definition to show: the record's, but a standing built-in's is the code's
+    (what runs, whatever its record says) over the record's `enabled` and rollup."""
+    builtin = STANDING_BY_ID.get(trigger_id)
+    if builtin is None:
+        return parsed if isinstance(parsed, TriggerDef) else entry.defn if entry else None
+    record = parsed.to_record() if isinstance(parsed, TriggerDef) else raw
+    owner = entry.defn.owner if entry is not None else (record or {}).get("owner")
+    return definition(builtin, owner if isinstance(owner, str) else "", record)
 
 
 class ListCache:

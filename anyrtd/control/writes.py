@@ -16,6 +16,7 @@ from anyrtd.client import DevicesView, ServerClient, Upsert
 from anyrtd.model import STANDING_BUILTINS, Malformed, TriggerDef, parse_record, spec_error
 from anyrtd.places import BUNDLE, Places, resolve_places
 from anyrtd.programs.chat import GENERAL_CHAT_SEED
+from anyrtd.standing import code_owned
 from anyrtd.vocab import is_unassigned
 
 ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
@@ -64,20 +65,25 @@ def check_record(trigger_id: str, fields: Mapping[str, Any]) -> TriggerDef:
     return parsed
 
 
-STANDING_FIELDS = frozenset({"name", "kind", "spec", "program", "owner"})
-"""The fields of a standing built-in's record that the code owns (docs/election.md)."""
-
-
 def check_standing(trigger_id: str, fields: Iterable[str]) -> None:
     """Refuse a write to the code-owned fields of a standing built-in's record."""
-    if trigger_id not in STANDING_BUILTINS:
-        return
-    owned = sorted(STANDING_FIELDS.intersection(fields))
+    owned = code_owned(trigger_id, fields)
     if owned:
         raise WriteError(
             f"trigger {trigger_id} is a standing built-in: its {', '.join(owned)} are anyrtd's "
             f"own (docs/election.md); only enabled can change (`anyrtd triggers disable "
             f"{trigger_id}`)"
+        )
+
+
+def check_deletable(trigger_id: str) -> None:
+    """Refuse to delete a standing built-in's record: the runtime needs it, and a deleted id
+    stays deleted."""
+    if trigger_id in STANDING_BUILTINS:
+        raise WriteError(
+            f"trigger {trigger_id} is a standing built-in: anyrtd needs its record, so it "
+            f"cannot be deleted (docs/election.md); only enabled can change (`anyrtd triggers "
+            f"disable {trigger_id}`)"
         )
 
 
@@ -159,6 +165,7 @@ class Records:
         return defn
 
     async def delete(self, trigger_id: str) -> None:
+        check_deletable(trigger_id)
         await self.need(trigger_id)
         places = await self.places()
         await self.client.delete(places.triggers, [trigger_id])

@@ -38,7 +38,7 @@ MAX_DEPTH = 64
 MAX_WAIT = 30.0
 MAX_CHANGES = 1000
 MAX_INT = 2**63 - 1
-FAULTS = {"devices": ("missing", "error"), "changes": ("missing",)}
+FAULTS = {"devices": ("missing", "error"), "changes": ("missing",), "writes": ("error",)}
 
 
 @dataclass
@@ -419,6 +419,12 @@ def _record_items(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 async def _write(request: web.Request, writes: list[RecordWrite], where: Where) -> web.Response:
     hub, device = _ctx(request)
+    if device.faults["writes"] == "error":
+        raise ApiError(
+            503,
+            "unavailable",
+            "record writes are failing (a fault injected with POST /_dev/faults); retry later",
+        )
     result = await hub.run(
         hub.store.write, device.replica, where, writes, device.peer, hub.clock.now()
     )
@@ -694,8 +700,8 @@ async def _faults(request: web.Request) -> web.Response:
         changes[key] = value
     if not changes:
         raise bad_request(
-            'expected at least one of "devices" ("missing", "error" or null) '
-            'and "changes" ("missing" or null)'
+            'expected at least one of "devices" ("missing", "error" or null), '
+            '"changes" ("missing" or null) and "writes" ("error" or null)'
         )
     target.faults.update(changes)
     log.info("device %d faults: %s", target.index, target.faults)

@@ -16,11 +16,11 @@ import json
 import logging
 import os
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from anyrtd.client import ServerClient
+from anyrtd.client import ServerClient, ServerUnavailable
 from anyrtd.clock import Clock
 from anyrtd.config import CommandProgram
 from anyrtd.notify import child_environ
@@ -35,7 +35,14 @@ from anyrtd.runner.process import (
     start_in_group,
 )
 from anyrtd.runner.resolve import Program, ProgramTable
-from anyrtd.runs import REPLACED, normalize_result, one_line, valid_text
+from anyrtd.runs import (
+    REPLACED,
+    SERVER_UNAVAILABLE,
+    duration_ms,
+    normalize_result,
+    one_line,
+    valid_text,
+)
 from anyrtd.vocab import RunStatus
 
 log = logging.getLogger("anyrtd.runner")
@@ -48,10 +55,26 @@ _DRAIN_WAIT_S = 2.0
 class _Flight:
     """An in-flight run: the stop signal (budget or interrupt) and completion."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, budget_s: float) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        budget_s: float,
+        clock: Clock,
+        on_start: Callable[[float], None] | None,
+    ) -> None:
         self.budget_s = budget_s
         self.stop: asyncio.Future[str] = loop.create_future()
         self.done = asyncio.Event()
+        self.started_at: float | None = None
+        self._clock = clock
+        self._on_start = on_start
+
+    def start(self) -> None:
+        """Note that the program starts now: called just before the in-process call, or
+        just before the command's process is spawned."""
+        self.started_at = self._clock.now()
+        if self._on_start is not None:
+            self._on_start(self.started_at)
 
     def signal(self, why: str) -> None:
         if not self.stop.done():
@@ -141,16 +164,55 @@ class Runner:
 
     # running
 
-    async def run(self, req: RunRequest) -> RunOutcome:
-        """Run one program to its end, under the budget; never raise for what the program does."""
-        clock = self._clock
-        started_at = clock.now()
-        t0 = clock.monotonic()
+    async def run(
+        self, req: RunRequest, on_start: Callable[[float], None] | None = None
+    ) -> RunOutcome:
+        """Run one program to its end, under the budget; never raise for what the program does.
+
+        The outcome's `started_at` is when the program was really started (the in-process
+        call, or the command's spawn), and `on_start` is called with it at that moment; a
+        program that never started (not installed, cannot be spawned) has the time the
+        runner gave up. `duration_ms` is `ended_at - started_at`.
+        """
+        return await self.start(req, on_start)
+
+    def start(
+        self, req: RunRequest, on_start: Callable[[float], None] | None = None
+    ) -> Coroutine[Any, Any, RunOutcome]:
+        """Start one run now; return the coroutine that runs it to its end (as `run` does).
+
+        An in-process program's call is created here as a task of its own, so runs started
+        together begin at the loop's next turn, in the order started, each for the cost of
+        creating its task; the budget and the rest of the run follow in the coroutine. A
+        command is spawned when the coroutine first runs, each in the task that awaits it,
+        none waiting for another. The coroutine must be awaited.
+        """
         capture = Capture(self._output_cap)
-        flight = _Flight(asyncio.get_running_loop(), self._timeout_s)
+        flight = _Flight(asyncio.get_running_loop(), self._timeout_s, self._clock, on_start)
         self._flights.add(flight)
+        launched: tuple[Program | None, asyncio.Task[Any] | None] | Exception
         try:
-            ended = await self._execute(req, capture, flight)
+            program = self.resolve(req.program)
+            call = None
+            if program is not None and program.main is not None:
+                call = self._call(program.main, req, capture, flight)
+            launched = (program, call)
+        except Exception as exc:  # a bug of the runner itself: reported by the coroutine
+            launched = exc
+        return self._finish(req, launched, capture, flight)
+
+    async def _finish(
+        self,
+        req: RunRequest,
+        launched: tuple[Program | None, asyncio.Task[Any] | None] | Exception,
+        capture: Capture,
+        flight: _Flight,
+    ) -> RunOutcome:
+        clock = self._clock
+        try:
+            if isinstance(launched, Exception):
+                raise launched
+            ended = await self._execute(req, *launched, capture, flight)
         except Exception as exc:  # a bug of the runner itself must still end the run
             log.exception("run %s: the runner failed", req.run_id)
             capture.add_line("".join(traceback.format_exception(exc)))
@@ -163,6 +225,8 @@ class Runner:
             self._flights.discard(flight)
             flight.done.set()
         ended_at = clock.now()
+        started_at = flight.started_at if flight.started_at is not None else ended_at
+        ended_at = max(ended_at, started_at)
         error_type, error = _valid_or_none(ended.error_type), _valid_or_none(ended.error)
         if error_type != ended.error_type or error != ended.error:
             capture.add_line(f"anyrtd: the run's error: {REPLACED}")
@@ -171,8 +235,8 @@ class Runner:
             error_type=error_type,
             error=error,
             started_at=started_at,
-            ended_at=max(ended_at, started_at),
-            duration_ms=max(0, round((clock.monotonic() - t0) * 1000)),
+            ended_at=ended_at,
+            duration_ms=duration_ms(started_at, ended_at),
             result=ended.result,
             output=capture.text(),
             output_dropped=capture.dropped,
@@ -185,8 +249,14 @@ class Runner:
             flight.signal("interrupt")
         await asyncio.gather(*(f.done.wait() for f in flights))
 
-    async def _execute(self, req: RunRequest, capture: Capture, flight: _Flight) -> _Ended:
-        program = self.resolve(req.program)
+    async def _execute(
+        self,
+        req: RunRequest,
+        program: Program | None,
+        call: asyncio.Task[Any] | None,
+        capture: Capture,
+        flight: _Flight,
+    ) -> _Ended:
         if program is None:
             return _Ended(
                 RunStatus.FAILED, "ProgramNotFound", self._programs.not_found(req.program)
@@ -195,8 +265,8 @@ class Runner:
         try:
             if program.command is not None:
                 return await self._run_command(program, program.command, req, capture, flight)
-            assert program.main is not None
-            return await self._run_in_process(program.main, req, capture, flight)
+            assert call is not None
+            return await self._run_in_process(call, req, capture, flight)
         finally:
             budget.cancel()
 
@@ -221,9 +291,11 @@ class Runner:
         logger.addHandler(RunLogHandler(capture))
         return logger
 
-    async def _run_in_process(
+    def _call(
         self, main: ProgramFn, req: RunRequest, capture: Capture, flight: _Flight
-    ) -> _Ended:
+    ) -> asyncio.Task[Any]:
+        """Create the task that calls an in-process program (it starts at the loop's next
+        turn)."""
         ctx = ProgramContext(
             run_id=req.run_id,
             trigger_id=req.trigger_id,
@@ -239,6 +311,7 @@ class Runner:
         args = copy.deepcopy(dict(req.args))
 
         async def call() -> Mapping[str, Any] | None:
+            flight.start()
             value = main(args, ctx)
             if not inspect.isawaitable(value):
                 raise TypeError(
@@ -247,7 +320,11 @@ class Runner:
                 )
             return await value
 
-        task = asyncio.create_task(call(), name=f"anyrtd-run-{req.run_id}")
+        return asyncio.create_task(call(), name=f"anyrtd-run-{req.run_id}")
+
+    async def _run_in_process(
+        self, task: asyncio.Task[Any], req: RunRequest, capture: Capture, flight: _Flight
+    ) -> _Ended:
         stopped: str | None = None
         try:
             await asyncio.wait(_futures(task, flight.stop), return_when=asyncio.FIRST_COMPLETED)
@@ -263,9 +340,8 @@ class Runner:
         exc = task.exception()
         if exc is not None:
             capture.add_line("".join(traceback.format_exception(exc)))
-            return _Ended(
-                RunStatus.FAILED, type(exc).__name__, one_line(str(exc), type(exc).__name__)
-            )
+            kind = _error_type(exc)
+            return _Ended(RunStatus.FAILED, kind, one_line(str(exc), kind))
         result, notes = normalize_result(task.result())
         for note in notes:
             capture.add_line(f"anyrtd: {note}")
@@ -308,10 +384,10 @@ class Runner:
         flight: _Flight,
     ) -> _Ended:
         payload = json.dumps(dict(req.args), default=str).encode() + b"\n"
+        env = self._command_env(cmd, req)
         try:
-            proc, out_r, err_r = await start_in_group(
-                cmd.argv, cwd=cmd.cwd, env=self._command_env(cmd, req)
-            )
+            flight.start()  # the spawn happens in the call below, before its first await
+            proc, out_r, err_r = await start_in_group(cmd.argv, cwd=cmd.cwd, env=env)
         except (OSError, ValueError) as exc:  # ValueError: a NUL byte in argv or env
             reason = getattr(exc, "strerror", None) or str(exc)
             return _Ended(
@@ -364,7 +440,31 @@ class Runner:
                     capture.add_line(f"anyrtd: {note}")
         if rc == 0:
             return _Ended(RunStatus.OK, result=result)
+        if rc == EX_TEMPFAIL:
+            return _Ended(
+                RunStatus.FAILED,
+                SERVER_UNAVAILABLE,
+                f"{exit_message(cmd.argv[0], rc)}: the program could not reach the any server",
+                result,
+            )
         return _Ended(RunStatus.FAILED, "ExitCode", exit_message(cmd.argv[0], rc), result)
+
+
+EX_TEMPFAIL = 75
+"""The exit status (sysexits.h) by which a command says the any server could not be reached."""
+
+
+def _error_type(exc: BaseException) -> str:
+    """Return a raised exception's `errorType`: `ServerUnavailable` when the server could not be
+    reached, even under an exception of the program's own; else the class name."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, ServerUnavailable):
+            return SERVER_UNAVAILABLE
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return type(exc).__name__
 
 
 def _valid_or_none(text: str | None) -> str | None:

@@ -525,7 +525,7 @@ async function loadWords() {
       el("h2", {}, `${t.id}`, t.name !== t.id ? el("span", { class: "muted" }, ` · ${t.name}`) : null),
       el("dl", {}, ...facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)])),
       timeline(runs, t0, t1, now, 900, 54, { axis: true, nextFire: t.nextFires[0] }),
-      runs.length ? table : el("p", { class: "muted" }, "No runs on this device yet."));
+      runs.length ? table : el("p", { class: "muted" }, "No runs yet."));
     section.hidden = false;
   }
 
