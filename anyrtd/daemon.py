@@ -39,13 +39,14 @@ from anyrtd.runner import Runner
 from anyrtd.sync import Sync
 from anyrtd.unit import Unit
 from anyrtd.vocab import Verdict
+from anyrtd.why_facts import Explains
 
 log = logging.getLogger("anyrtd.daemon")
 
 FEED_WAIT_S = 25.0
 
 
-class Daemon:
+class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
     """One device's scheduler."""
 
     def __init__(

@@ -200,7 +200,7 @@ class Election:
                 if exc.status == 404:
                     self._disable("the server has no devices registry (404)")
                     return
-                if exc.code == "pruned":
+                if exc.code == Verdict.PRUNED:
                     self._set(Verdict.PRUNED)
                     last = None
                     break
@@ -256,7 +256,7 @@ class Election:
             try:
                 await self._register()
             except ServerError as exc:
-                if exc.code != "pruned":
+                if exc.code != Verdict.PRUNED:
                     raise
                 self._set(Verdict.PRUNED)
                 return view

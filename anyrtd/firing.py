@@ -163,6 +163,7 @@ class Firing:
                 self.unit.save(entry.row)
                 if entry.running:
                     self.stats.overlap_skips += 1
+                    self.stats.overlap_by_trigger[defn.id] += 1
                     log.info(
                         "skipped %s at %s: the previous run is still running",
                         defn.id,
@@ -257,7 +258,7 @@ class Firing:
         """Close the runs a crash left `running` as `interrupted`."""
         for row in rows:
             outcome = RunOutcome(
-                status=RunStatus.INTERRUPTED.value,
+                status=RunStatus.INTERRUPTED,
                 error_type=None,
                 error="the daemon stopped while the run was in flight",
                 started_at=row.started_at,

@@ -47,6 +47,8 @@ class Histogram:
 class Stats:
     fires: int = 0
     overlap_skips: int = 0
+    overlap_by_trigger: Counter[str] = field(default_factory=Counter)
+    """Overlap skips by trigger id (a trigger's `why` shows its count)."""
     ticks: int = 0
     malformed_skips: int = 0
     runs_finished: Counter[str] = field(default_factory=Counter)

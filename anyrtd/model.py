@@ -33,7 +33,7 @@ from anyrtd.schedule import (
     Schedule,
     compile_schedule,
 )
-from anyrtd.vocab import Kind, Marker
+from anyrtd.vocab import Kind, Marker, RollupField
 
 __all__ = [
     "DEFAULT_MAX_CONSECUTIVE_FAILURES",
@@ -114,19 +114,19 @@ class TriggerDef:
             record["_v"] = self.version
         r = self.rollup
         for key, value in (
-            ("lastRunAt", r.last_run_at),
-            ("lastStatus", r.last_status),
-            ("lastDurationMs", r.last_duration_ms),
-            ("lastFuel", r.last_fuel),
-            ("lastCostUsd", r.last_cost_usd),
-            ("lastRunRef", r.last_run_ref),
+            (RollupField.LAST_RUN_AT, r.last_run_at),
+            (RollupField.LAST_STATUS, r.last_status),
+            (RollupField.LAST_DURATION_MS, r.last_duration_ms),
+            (RollupField.LAST_FUEL, r.last_fuel),
+            (RollupField.LAST_COST_USD, r.last_cost_usd),
+            (RollupField.LAST_RUN_REF, r.last_run_ref),
         ):
             if value is not None:
                 record[key] = value
         if r.run_count:
-            record["runCount"] = r.run_count
+            record[RollupField.RUN_COUNT] = r.run_count
         if r.consecutive_failures:
-            record["consecutiveFailures"] = r.consecutive_failures
+            record[RollupField.CONSECUTIVE_FAILURES] = r.consecutive_failures
         return record
 
 
@@ -350,14 +350,14 @@ def _parse(record: Mapping[str, Any]) -> TriggerDef:
 
 
 _ROLLUP_KEYS = (
-    "lastRunAt",
-    "lastStatus",
-    "lastDurationMs",
-    "lastFuel",
-    "lastCostUsd",
-    "runCount",
-    "consecutiveFailures",
-    "lastRunRef",
+    RollupField.LAST_RUN_AT,
+    RollupField.LAST_STATUS,
+    RollupField.LAST_DURATION_MS,
+    RollupField.LAST_FUEL,
+    RollupField.LAST_COST_USD,
+    RollupField.RUN_COUNT,
+    RollupField.CONSECUTIVE_FAILURES,
+    RollupField.LAST_RUN_REF,
 )
 _NO_ROLLUP = Rollup()
 
@@ -371,14 +371,14 @@ def _rollup(record: Mapping[str, Any]) -> Rollup:
     if all(record.get(key) is None for key in _ROLLUP_KEYS):
         return _NO_ROLLUP  # never run: one shared value, not one per record
     return Rollup(
-        last_run_at=_finite(record, "lastRunAt"),
-        last_status=_string(record, "lastStatus"),
-        last_duration_ms=_finite(record, "lastDurationMs"),
-        last_fuel=_finite(record, "lastFuel"),
-        last_cost_usd=_finite(record, "lastCostUsd"),
-        run_count=_count(record, "runCount", 0, minimum=0),
-        consecutive_failures=_count(record, "consecutiveFailures", 0, minimum=0),
-        last_run_ref=_string(record, "lastRunRef"),
+        last_run_at=_finite(record, RollupField.LAST_RUN_AT),
+        last_status=_string(record, RollupField.LAST_STATUS),
+        last_duration_ms=_finite(record, RollupField.LAST_DURATION_MS),
+        last_fuel=_finite(record, RollupField.LAST_FUEL),
+        last_cost_usd=_finite(record, RollupField.LAST_COST_USD),
+        run_count=_count(record, RollupField.RUN_COUNT, 0, minimum=0),
+        consecutive_failures=_count(record, RollupField.CONSECUTIVE_FAILURES, 0, minimum=0),
+        last_run_ref=_string(record, RollupField.LAST_RUN_REF),
     )
 
 

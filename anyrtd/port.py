@@ -18,6 +18,7 @@ from anyrtd.metrics import Stats
 from anyrtd.model import Malformed, TriggerDef
 from anyrtd.registry import Entry
 from anyrtd.rows import RunRow
+from anyrtd.why import Answer
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,10 @@ class Port(Protocol):
 
     async def run(self, run_id: str) -> RunRow | None:
         """Return one run on this device."""
+        ...
+
+    async def why(self, trigger_id: str) -> Answer:
+        """Return whether a trigger fires on this device and, if not, every reason (why.py)."""
         ...
 
     def health(self) -> Health:

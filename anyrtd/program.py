@@ -6,13 +6,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
+
+from anyrtd.vocab import RunStatus
 
 if TYPE_CHECKING:
     from anyrtd.client import ServerClient
     from anyrtd.clock import Clock
 
-Status = Literal["ok", "FAILED", "incomplete", "interrupted"]
 ProgramFn = Callable[[Mapping[str, Any], "ProgramContext"], Awaitable[Mapping[str, Any] | None]]
 
 
@@ -32,7 +33,7 @@ class RunRequest:
 class RunOutcome:
     """How a run ended, what it reported, and what it printed."""
 
-    status: Status
+    status: RunStatus
     error_type: str | None
     error: str | None
     started_at: float

@@ -14,7 +14,7 @@ from typing import Literal
 
 from anyrtd.claims import Token, outranks
 from anyrtd.model import STANDING_BUILTINS, Malformed, TriggerDef, health_marker
-from anyrtd.vocab import Kind, is_unassigned
+from anyrtd.vocab import Kind, Marker, is_unassigned
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +106,7 @@ class Context:
     """The fencing token each record shows, where its owner wrote one."""
 
 
-MARKERS = frozenset({"invalid_spec", "unsupported_source"})
+MARKERS = frozenset({Marker.INVALID_SPEC, Marker.UNSUPPORTED_SOURCE})
 
 
 def reconcile(

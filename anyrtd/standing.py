@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from anyrtd.client import Dataset
 from anyrtd.model import STANDING_BUILTINS, TriggerDef, parse_record
 from anyrtd.registry import Entry, new_row
+from anyrtd.vocab import Marker
 
 if TYPE_CHECKING:
     from anyrtd.program import ProgramContext, ProgramFn
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("anyrtd.standing")
 
 DECAY_PROGRAM = "internal:decay@v1"
-NOT_INSTALLED = "not_installed"
 _DELETE_CHUNK = 500
 
 
@@ -102,7 +102,7 @@ def entries(
         defn = definition(standing, owner, records(standing.id))
         row = new_row(defn, now, claimed=False)
         if not installed(standing.program):
-            row.marker = NOT_INSTALLED
+            row.marker = Marker.NOT_INSTALLED
         out.append(Entry(defn, row))
     return out
 
@@ -143,7 +143,6 @@ def decay_program(
 
 __all__ = [
     "DECAY_PROGRAM",
-    "NOT_INSTALLED",
     "OWNED_FIELDS",
     "STANDING",
     "STANDING_BUILTINS",

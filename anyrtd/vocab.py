@@ -84,6 +84,39 @@ class TriggerState(StrEnum):
     MALFORMED = "malformed"
 
 
+class DeviceState(StrEnum):
+    """A device's row in the devices registry, as a trigger's `why` names it."""
+
+    LIVE = "live"
+    PRUNED = "pruned"
+    UNKNOWN = "unknown"
+    """No row for that peer id, or the registry did not answer."""
+
+
+class Cause(StrEnum):
+    """Why a trigger will not fire on this device, or what to know when it will (`/why`)."""
+
+    UNKNOWN = "unknown"
+    TOMBSTONED = "tombstoned"
+    MALFORMED = "malformed"
+    NO_PEER_ID = "no_peer_id"
+    DEVICE_PRUNED = "device_pruned"
+    PINNED_ELSEWHERE = "pinned_elsewhere"
+    STANDBY = "standby"
+    TAKEOVER_HOLD = "takeover_hold"
+    NOT_ADOPTED = "not_adopted"
+    CLAIMING = "claiming"
+    MARKER = "marker"
+    NOT_INSTALLED = "not_installed"
+    AUTO_DISABLED = "auto_disabled"
+    CONSUMED = "consumed"
+    DISABLED = "disabled"
+    NO_NEXT_FIRE = "no_next_fire"
+    FAILING = "failing"
+    RUNNING = "running"
+    OVERLAP_SKIPS = "overlap_skips"
+
+
 class RollupField(StrEnum):
     """The rollup's field names on a trigger record (seeds, Scheduling)."""
 

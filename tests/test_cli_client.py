@@ -462,3 +462,18 @@ def test_trigger_ids_complete_from_the_running_daemon(cli: Cli) -> None:
         check=True,
     ).stdout
     assert out.splitlines() == ["plain,cli-complete"]
+
+
+def test_why_says_what_stops_a_trigger_and_the_command_that_fixes_it(cli: Cli) -> None:
+    cli("triggers", "create", "--id", "cli-why", "--every", "3600", "--program", "test:echo@v1")
+    cli.adopted("cli-why")
+    cli("triggers", "disable", "cli-why")
+    out = cli("triggers", "why", "cli-why").stdout
+    assert out.startswith("cli-why will not fire on this device (")
+    assert "1. it is disabled" in out and "fix:  anyrtd triggers enable cli-why" in out
+    cli("triggers", "enable", "cli-why")
+    out = cli("triggers", "why", "cli-why").stdout
+    assert out.startswith("cli-why fires on this device (") and ": next " in out
+    assert out.count("then ") == 4
+    body = cli.json("triggers", "why", "nope-why")
+    assert body["fires"] is False and [r["cause"] for r in body["reasons"]] == ["unknown"]

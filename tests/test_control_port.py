@@ -22,7 +22,8 @@ from anyrtd.model import Malformed, TriggerDef, parse_record
 from anyrtd.port import Health, Metrics, Port, TriggerFacts, Triggers
 from anyrtd.registry import Entry, new_row
 from anyrtd.rows import RunRow
-from anyrtd.vocab import HistorySource, RunStatus
+from anyrtd.vocab import HistorySource, RunStatus, Verdict
+from anyrtd.why import Answer, WhyFacts, explain
 
 NOW = 1_800_000_000.0
 ME = "peer-here"
@@ -93,6 +94,11 @@ class FakePort:
         rows = await self.runs(trigger_id=trigger_id, status=status, limit=limit)
         source = HistorySource.MIRROR if self.server_away else HistorySource.SERVER
         return RunHistory(rows, source)
+
+    async def why(self, trigger_id: str) -> Answer:
+        facts = self.trigger(trigger_id)
+        parsed, entry = (facts.parsed, facts.entry) if facts is not None else (None, None)
+        return explain(WhyFacts(trigger_id, NOW, ME, Verdict.ACTIVE, parsed, entry))
 
     async def run(self, run_id: str) -> RunRow | None:
         return next((r for r in self.run_rows if r.run_id == run_id), None)
@@ -303,3 +309,20 @@ async def test_metrics_and_election_come_from_the_port(http: TestClient[Any, Any
     assert 'anyrtd_election_verdict{verdict="standby"} 1' in text
     assert 'anyrtd_triggers{state="auto_disabled"} 1' in text
     assert (await (await http.get("/election")).json())["winner"] == ME
+
+
+async def test_why_answers_for_any_id_from_the_port(http: TestClient[Any, Any]) -> None:
+    causes = {}
+    for rid in ("daily", "elsewhere", "broken", "tripped", "nope"):
+        resp = await http.get(f"/triggers/{rid}/why")
+        assert resp.status == 200
+        body = await resp.json()
+        assert body["id"] == rid
+        causes[rid] = [r["cause"] for r in body["reasons"] if r["blocking"]]
+    assert causes == {
+        "daily": ["no_next_fire"],  # the fake never arms its entries
+        "elsewhere": ["pinned_elsewhere"],
+        "broken": ["malformed"],
+        "tripped": ["auto_disabled"],
+        "nope": ["unknown"],
+    }

@@ -44,10 +44,12 @@ FLOW: tuple[tuple[str, ...], ...] = (
     ("anyrtd.apply",),
     ("anyrtd.firing",),
     ("anyrtd.history",),
+    ("anyrtd.why",),
     # the port its readers use, the chat responder, and the active role
     ("anyrtd.port",),
     ("anyrtd.chat",),
     ("anyrtd.role",),
+    ("anyrtd.why_facts",),
     # the wiring, the control API, the process
     ("anyrtd.daemon",),
     ("anyrtd.control.guard",),

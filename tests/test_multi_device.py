@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from fleet import Fleet
 
-from anyrtd.standing import NOT_INSTALLED
+from anyrtd.vocab import Marker
 
 
 def cron(expr: str = "*/10 * * * *", **fields: Any) -> dict[str, Any]:
@@ -54,10 +54,10 @@ async def test_the_active_role_set_lives_only_on_the_active_device(fleet: Fleet)
     assert markers == {
         "rollup": None,
         "decay": None,
-        "extraction": NOT_INSTALLED,
-        "linkgen": NOT_INSTALLED,
-        "evolution": NOT_INSTALLED,
-        "reflection": NOT_INSTALLED,
+        "extraction": Marker.NOT_INSTALLED,
+        "linkgen": Marker.NOT_INSTALLED,
+        "evolution": Marker.NOT_INSTALLED,
+        "reflection": Marker.NOT_INSTALLED,
     }
 
 

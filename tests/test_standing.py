@@ -9,7 +9,8 @@ from fleet import Fleet
 
 from anyrtd.client import Upsert
 from anyrtd.mirror import Mirror
-from anyrtd.standing import NOT_INSTALLED, STANDING, definition
+from anyrtd.standing import STANDING, definition
+from anyrtd.vocab import Marker
 
 pytestmark = pytest.mark.devices(1)
 
@@ -37,7 +38,7 @@ async def test_rollup_and_decay_are_scheduled_and_the_rest_never_fire(fleet: Fle
     for rid in ("extraction", "linkgen", "evolution", "reflection"):
         assert rid not in by_trigger
         entry = node.daemon.registry.get(rid)
-        assert entry is not None and entry.row.marker == NOT_INSTALLED
+        assert entry is not None and entry.row.marker == Marker.NOT_INSTALLED
         assert entry.row.next_fire is None
     digests = [m for m in await fleet.messages() if str(m["id"]).startswith("digest-")]
     assert len(digests) == 1 and "good morning" in digests[0]["text"]

@@ -279,6 +279,18 @@ def test_the_buttons_disable_enable_and_run_a_trigger(
     )[0]
     assert "manual" in detail.text
     assert "next fires" in browser.find_element(By.ID, "detail").text
+    # ... and its why (GET /triggers/:id/why), which follows a change without a reload.
+    why = browser.find_element(By.CSS_SELECTOR, "#detail .why")
+    assert why.text.startswith("fires on this device, next ")
+    toggle().click()
+    wait_for(
+        browser,
+        lambda b: b.find_elements(
+            By.CSS_SELECTOR, '#detail .why li.blocking[data-cause="disabled"]'
+        ),
+        "the detail's why to say it is disabled",
+    )
+    assert "anyrtd triggers enable steady" in browser.find_element(By.ID, "detail").text
     assert not_reloaded(browser)
 
 

@@ -16,7 +16,7 @@ from anyrtd.config import Config
 from anyrtd.election import APP
 from anyrtd.model import Malformed, parse_record
 from anyrtd.places import TRIGGER_TYPE_KEY
-from anyrtd.vocab import LastStatus, Marker
+from anyrtd.vocab import LastStatus, Marker, RollupField
 
 EARLIEST_PLAUSIBLE = 1_704_067_200.0  # 2024-01-01: a clock before this was never set
 CLOCK_SKEW_S = 5.0
@@ -191,10 +191,11 @@ class _Doctor:
         auto = sorted(
             str(t.get("id"))
             for t in items
-            if t.get("lastStatus") == LastStatus.AUTO_DISABLED and t.get("enabled") is False
+            if t.get(RollupField.LAST_STATUS) == LastStatus.AUTO_DISABLED
+            and t.get("enabled") is False
         )
         invalid = sorted(
-            str(t.get("id")) for t in items if t.get("lastStatus") == Marker.INVALID_SPEC
+            str(t.get("id")) for t in items if t.get(RollupField.LAST_STATUS) == Marker.INVALID_SPEC
         )
         if not auto and not invalid:
             self.add(

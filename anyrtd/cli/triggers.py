@@ -74,7 +74,7 @@ def triggers_table(items: list[dict[str, Any]], me: str | None, now: float, sort
             fmt.owner(t.get("owner"), me),
             "yes" if t.get("enabled") else "no",
             fmt.when(t["nextFire"], now) if t.get("nextFire") else f"({t.get('state')})",
-            str(t.get("lastStatus") or "-"),
+            str(t.get(RollupField.LAST_STATUS) or "-"),
         ]
         for t in sorted(items, key=key)
     ]
@@ -193,7 +193,7 @@ def triggers_show(config: Config, trigger_id: str, as_json: bool) -> None:
             f"{t.get('consecutiveFailures', 0)} in a row "
             f"(auto-disables at {t.get('maxConsecutiveFailures', 3)})",
         ),
-        ("runs", str(t.get("runCount", 0))),
+        ("runs", str(t.get(RollupField.RUN_COUNT, 0))),
     ]
     fires = t.get("nextFires") or []
     lines.append(("next fires", fmt.when(fires[0], now) if fires else "-"))
@@ -205,6 +205,67 @@ def triggers_show(config: Config, trigger_id: str, as_json: bool) -> None:
     click.echo("")
     click.echo(f"recent {source_note(source)}:")
     click.echo(runs_table(runs[:10], now) if runs else "none yet")
+
+
+@triggers.command("why")
+@client_command
+@click.argument("trigger_id", metavar="ID", shell_complete=complete_trigger)
+@json_option
+def triggers_why(config: Config, trigger_id: str, as_json: bool) -> None:
+    """Tell whether a trigger fires on this device; if not, every reason and its fix."""
+    with control(config) as ctl:
+        answer = ctl.get(f"/triggers/{path_id(trigger_id)}/why")
+        me = _peer_of(ctl)
+    if as_json:
+        emit_json(answer)
+    else:
+        click.echo(why_text(answer, me, time.time()))
+
+
+def why_text(answer: Mapping[str, Any], me: str | None, now: float) -> str:
+    """Return the answer of `triggers why`: the verdict, the reasons in order, the notes."""
+    tid, device = answer["id"], answer.get("device")
+    fires = answer.get("nextFires") or []
+    blocking = [r for r in answer.get("reasons", []) if r.get("blocking")]
+    notes = [r for r in answer.get("reasons", []) if not r.get("blocking")]
+    here = f"this device ({me})" if me else "this device"
+    if answer.get("fires"):
+        head = f"{tid} fires on {here}"
+    else:
+        head = f"{tid} will not fire on {here}"
+        if device:
+            head += f"; it fires on {device}"
+    if fires:
+        head += f": next {fmt.when(fires[0], now)}"
+    lines = [head + ("" if blocking else ".")]
+    lines += [f"  then {fmt.when(at, now)}" for at in fires[1:]]
+    if blocking:
+        lines.append("")
+        lines.append("why, in the order to fix it:" if len(blocking) > 1 else "why:")
+    for n, reason in enumerate(blocking, 1):
+        lines += _reason_lines(f"{n}.", reason)
+    if notes:
+        lines.append("")
+        lines.append("to know:")
+    for reason in notes:
+        lines += _reason_lines("-", reason)
+    return "\n".join(lines)
+
+
+def _reason_lines(bullet: str, reason: Mapping[str, Any]) -> list[str]:
+    pad = " " * (len(bullet) + 1)
+    lines = [f"{bullet} {reason.get('text')}"]
+    facts = {k: v for k, v in (reason.get("facts") or {}).items() if v not in (None, [], {})}
+    errors = facts.pop("lastErrors", None)
+    if facts:
+        lines.append(f"{pad}fact: " + ", ".join(f"{k}={fmt.compact(v)}" for k, v in facts.items()))
+    for error in errors or []:
+        text = one_line(str(error.get("error") or "(no error text)"))
+        at = fmt.clock(error.get("startedAt"))
+        lines.append(f"{pad}error: run {error.get('runId')} at {at}: {text}")
+    if reason.get("fix"):
+        lines.append(f"{pad}fix:  {reason['fix']}")
+    return lines
 
 
 def parse_at(text: str, now: float, zone: tzinfo | None = None) -> float:

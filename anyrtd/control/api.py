@@ -35,12 +35,21 @@ from anyrtd.control.views import (
     run_summary,
     trigger_state,
     trigger_view,
+    why_view,
 )
 from anyrtd.history import RunHistory
 from anyrtd.model import TriggerDef, spec_error
 from anyrtd.port import Port, TriggerFacts
 from anyrtd.standing import code_owned
-from anyrtd.vocab import SOURCE_HEADER, HistorySource, Kind, LastStatus, RollupField, RunStatus
+from anyrtd.vocab import (
+    SOURCE_HEADER,
+    HistorySource,
+    Kind,
+    LastStatus,
+    Marker,
+    RollupField,
+    RunStatus,
+)
 
 PORT = web.AppKey("port", Port)
 LIST_CACHE = web.AppKey("list_cache", ListCache)
@@ -74,6 +83,7 @@ def make_app(port: Port, guard: Guard | None = None) -> web.Application:
     app.router.add_get("/triggers/{id}", get_trigger)
     app.router.add_patch("/triggers/{id}", patch_trigger)
     app.router.add_get("/triggers/{id}/runs", trigger_runs)
+    app.router.add_get("/triggers/{id}/why", trigger_why)
     app.router.add_post("/triggers/{id}/enable", enable_trigger)
     app.router.add_post("/triggers/{id}/disable", disable_trigger)
     app.router.add_post("/triggers/{id}/run", run_trigger)
@@ -230,6 +240,12 @@ def _history(history: RunHistory) -> web.Response:
     )
 
 
+async def trigger_why(request: web.Request) -> web.Response:
+    """GET /triggers/:id/why: will it fire here; if not, every reason and its fix."""
+    answer = await _port(request).why(request.match_info["id"])
+    return web.json_response(why_view(answer))
+
+
 async def patch_trigger(request: web.Request) -> web.Response:
     """PATCH /triggers/:id {spec?, enabled?}: write through; a new spec re-arms forward."""
     port, facts = _known(request)
@@ -259,7 +275,9 @@ async def patch_trigger(request: web.Request) -> web.Response:
         kind = parsed.kind if isinstance(parsed, TriggerDef) else _raw_kind(facts)
         problem = spec_error(kind, body["spec"])
         if problem is not None:
-            raise BadRequest(f"spec refused, nothing was written: {problem}", code="invalid_spec")
+            raise BadRequest(
+                f"spec refused, nothing was written: {problem}", code=Marker.INVALID_SPEC
+            )
         fields["spec"] = body["spec"]
         if kind == Kind.ONCE and isinstance(parsed, TriggerDef) and body["spec"] != parsed.spec:
             # A once takes lastRunAt as its consumed state: a new `at` re-arms the shot.

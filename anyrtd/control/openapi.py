@@ -8,8 +8,11 @@ from anyrtd.control.page import OPENAPI_PATHS
 from anyrtd.vocab import (
     ENDED_STATUSES,
     SOURCE_HEADER,
+    Cause,
+    DeviceState,
     HistorySource,
     Kind,
+    RollupField,
     RunStatus,
     TriggerState,
     Verdict,
@@ -75,9 +78,9 @@ _SCHEMAS: dict[str, Any] = {
             "kind",
             "owner",
             "enabled",
-            "lastRunAt",
-            "lastStatus",
-            "consecutiveFailures",
+            RollupField.LAST_RUN_AT,
+            RollupField.LAST_STATUS,
+            RollupField.CONSECUTIVE_FAILURES,
             "limits",
         ],
         "properties": {
@@ -86,17 +89,17 @@ _SCHEMAS: dict[str, Any] = {
             "kind": {"type": ["string", "null"], "enum": [*Kind, None]},
             "owner": {"type": "string", "description": "The device pin; empty = unassigned."},
             "enabled": {"type": "boolean"},
-            "lastRunAt": _NUM_OR_NULL,
-            "lastStatus": _STR_OR_NULL,
-            "consecutiveFailures": {"type": "integer"},
+            RollupField.LAST_RUN_AT: _NUM_OR_NULL,
+            RollupField.LAST_STATUS: _STR_OR_NULL,
+            RollupField.CONSECUTIVE_FAILURES: {"type": "integer"},
             "limits": {"type": "object"},
             "spec": {},
             "program": _STR_OR_NULL,
             "args": {"type": "object"},
             "maxConsecutiveFailures": {"type": "integer"},
-            "runCount": {"type": "integer"},
-            "lastDurationMs": _NUM_OR_NULL,
-            "lastRunRef": _STR_OR_NULL,
+            RollupField.RUN_COUNT: {"type": "integer"},
+            RollupField.LAST_DURATION_MS: _NUM_OR_NULL,
+            RollupField.LAST_RUN_REF: _STR_OR_NULL,
             "adopted": {"type": "boolean", "description": "In this device's registry."},
             "state": {
                 "type": "string",
@@ -166,6 +169,41 @@ _SCHEMAS: dict[str, Any] = {
                 },
             },
         ]
+    },
+    "Why": {
+        "type": "object",
+        "required": ["id", "fires", "device", "nextFire", "nextFires", "reasons", "now"],
+        "properties": {
+            "id": {"type": "string"},
+            "fires": {"type": "boolean", "description": "Whether it fires on this device."},
+            "device": {
+                **_STR_OR_NULL,
+                "description": "The device it fires on (this one when `fires`), or null.",
+            },
+            "nextFire": _NUM_OR_NULL,
+            "nextFires": {"type": "array", "items": {"type": "number"}},
+            "reasons": {
+                "type": "array",
+                "items": _ref("Reason"),
+                "description": "Blocking reasons first, in the order to fix them; then notes.",
+            },
+            "now": {"type": "number"},
+        },
+    },
+    "Reason": {
+        "type": "object",
+        "required": ["cause", "text", "facts", "fix", "blocking"],
+        "properties": {
+            "cause": {"enum": list(Cause)},
+            "text": {"type": "string"},
+            "facts": {
+                "type": "object",
+                "description": "The facts behind the reason; a device's state in the "
+                f"registry (`ownerState`, `winnerState`) is one of {', '.join(DeviceState)}.",
+            },
+            "fix": {**_STR_OR_NULL, "description": "The command that changes it."},
+            "blocking": {"type": "boolean", "description": "False for a note."},
+        },
     },
     "RunStarted": {
         "type": "object",
@@ -282,6 +320,15 @@ def _paths() -> dict[str, Any]:
                     "200": _runs_answer(),
                     **_errors(404),
                 },
+            }
+        },
+        "/triggers/{id}/why": {
+            "get": {
+                "summary": "Will it fire on this device; if not, every reason and its fix.",
+                "description": "Answers for any id: adopted, pinned elsewhere, malformed, "
+                "deleted or unknown (an unknown id answers 200 with the reason `unknown`).",
+                "parameters": [_ID_PARAM],
+                "responses": {"200": _json(_ref("Why"), "The answer.")},
             }
         },
         "/triggers/{id}/enable": {

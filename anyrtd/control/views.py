@@ -21,10 +21,12 @@ from anyrtd.vocab import (
     ENDED_STATUSES,
     Kind,
     LastStatus,
+    RollupField,
     TriggerState,
     Verdict,
     is_unassigned,
 )
+from anyrtd.why import Answer
 
 NEXT_FIRES = 5
 
@@ -80,15 +82,15 @@ def trigger_view(
         "kind": defn.kind,
         "owner": defn.owner,
         "enabled": row.enabled if row is not None else defn.enabled,
-        "lastRunAt": rollup.last_run_at,
-        "lastStatus": rollup.last_status,
-        "consecutiveFailures": (
+        RollupField.LAST_RUN_AT: rollup.last_run_at,
+        RollupField.LAST_STATUS: rollup.last_status,
+        RollupField.CONSECUTIVE_FAILURES: (
             row.consecutive_failures if row is not None else rollup.consecutive_failures
         ),
         "limits": dict(defn.limits),
         "spec": dict(defn.spec),
         "program": defn.program,
-        "runCount": row.run_count if row is not None else rollup.run_count,
+        RollupField.RUN_COUNT: row.run_count if row is not None else rollup.run_count,
         "adopted": entry is not None,
         "state": trigger_state(entry, defn, peer_id, rollup.last_status),
         "running": entry.running if entry is not None else 0,
@@ -199,6 +201,28 @@ def next_fires(entry: Entry | None, now: float, n: int = NEXT_FIRES) -> list[flo
     return [first, *preview(entry.defn, first, n - 1, anchor=entry.row.armed_at)]
 
 
+def why_view(answer: Answer) -> dict[str, Any]:
+    """Return the answer of `GET /triggers/:id/why`."""
+    return {
+        "id": answer.id,
+        "fires": answer.fires,
+        "device": answer.device,
+        "nextFire": answer.next_fires[0] if answer.next_fires else None,
+        "nextFires": list(answer.next_fires),
+        "reasons": [
+            {
+                "cause": r.cause,
+                "text": r.text,
+                "facts": dict(r.facts),
+                "fix": r.fix,
+                "blocking": r.blocking,
+            }
+            for r in answer.reasons
+        ],
+        "now": answer.now,
+    }
+
+
 def _malformed_view(
     trigger_id: str, parsed: TriggerDef | Malformed | None, raw: Mapping[str, Any] | None
 ) -> dict[str, Any]:
@@ -215,9 +239,9 @@ def _malformed_view(
         "kind": pick("kind", str),
         "owner": pick("owner", str) or "",
         "enabled": enabled if isinstance(enabled, bool) else True,
-        "lastRunAt": pick("lastRunAt", (int, float)),
-        "lastStatus": pick("lastStatus", str),
-        "consecutiveFailures": pick("consecutiveFailures", int) or 0,
+        RollupField.LAST_RUN_AT: pick(RollupField.LAST_RUN_AT, (int, float)),
+        RollupField.LAST_STATUS: pick(RollupField.LAST_STATUS, str),
+        RollupField.CONSECUTIVE_FAILURES: pick(RollupField.CONSECUTIVE_FAILURES, int) or 0,
         "limits": pick("limits", dict) or {},
         "spec": raw.get("spec"),
         "program": pick("program", str),

@@ -18,13 +18,13 @@ import os
 import traceback
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from anyrtd.client import ServerClient, ServerUnavailable
 from anyrtd.clock import Clock
 from anyrtd.config import CommandProgram
 from anyrtd.notify import child_environ
-from anyrtd.program import ProgramContext, ProgramFn, RunOutcome, RunRequest, Status
+from anyrtd.program import ProgramContext, ProgramFn, RunOutcome, RunRequest
 from anyrtd.programs import BUILTINS
 from anyrtd.runner.capture import Capture, LastLine, LineSink, Pipes, RunLogHandler
 from anyrtd.runner.process import (
@@ -231,7 +231,7 @@ class Runner:
         if error_type != ended.error_type or error != ended.error:
             capture.add_line(f"anyrtd: the run's error: {REPLACED}")
         return RunOutcome(
-            status=cast(Status, ended.status),  # RunStatus members are those same words
+            status=ended.status,
             error_type=error_type,
             error=error,
             started_at=started_at,

@@ -112,14 +112,20 @@ async function loadWords() {
 
   async function pollDetail(id) {
     const path = "/triggers/" + encodeURIComponent(id);
-    const [trigger, runs] = await Promise.all([call(path), call(path + "/runs")]);
+    const [trigger, runs, why] = await Promise.all([
+      call(path), call(path + "/runs"), call(path + "/why"),
+    ]);
     if (trigger.status === 404) {
       view.selected = null;
       view.detail = null;
       return;
     }
     if (trigger.status !== 200) throw failure(trigger, "GET " + path);
-    view.detail = { trigger: trigger.body, runs: runs.status === 200 ? runs.body : [] };
+    view.detail = {
+      trigger: trigger.body,
+      runs: runs.status === 200 ? runs.body : [],
+      why: why.status === 200 ? why.body : null,
+    };
   }
 
   function schedule() {
@@ -521,12 +527,24 @@ async function loadWords() {
           el("td", {}, badge(r.status)),
           el("td", { class: "error" }, r.error || ""));
       })));
+    if (detail.why) facts.push(["why", whyText(detail.why)]);
     section.replaceChildren(
       el("h2", {}, `${t.id}`, t.name !== t.id ? el("span", { class: "muted" }, ` · ${t.name}`) : null),
       el("dl", {}, ...facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)])),
       timeline(runs, t0, t1, now, 900, 54, { axis: true, nextFire: t.nextFires[0] }),
       runs.length ? table : el("p", { class: "muted" }, "No runs yet."));
     section.hidden = false;
+  }
+
+  // GET /triggers/:id/why: the verdict, then each reason with its fix (blocking ones first).
+  function whyText(why) {
+    const where = why.device ? ` on ${why.device}` : "";
+    const head = why.fires
+      ? `fires on this device${why.nextFire ? ", next " + when(why.nextFire) : ""}`
+      : `will not fire on this device` + (why.device ? `; it fires${where}` : "");
+    const items = why.reasons.map((r) => el("li", { class: r.blocking ? "blocking" : "note", "data-cause": r.cause },
+      r.blocking ? "" : "note: ", r.text, r.fix ? el("span", { class: "muted" }, " — ", el("code", {}, r.fix)) : null));
+    return el("div", { class: "why" }, head, items.length ? el("ol", {}, ...items) : null);
   }
 
   function renderDevices(d) {

@@ -1,0 +1,485 @@
+"""Why a trigger will or will not fire on this device: facts in, an ordered answer out (pure).
+
+`explain(facts)` returns every reason it will not fire here, in the order to fix them
+(the record, then this device, then where the trigger belongs, then its definition, then
+its state), each with the fact behind it and the command that changes it; and, when it
+will fire, when next and on which device. Notes that do not stop it (failing runs, a run
+in flight, overlap skips) follow as non-blocking reasons. The daemon gathers the facts
+(`anyrtd/why_facts.py`); the control API serves the answer at `GET /triggers/:id/why`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from anyrtd.model import Malformed, TriggerDef, marker_reason
+from anyrtd.registry import Entry
+from anyrtd.vocab import (
+    Cause,
+    DeviceState,
+    Kind,
+    LastStatus,
+    Marker,
+    RollupField,
+    Verdict,
+    is_unassigned,
+)
+
+LIVE, PRUNED, UNKNOWN = DeviceState.LIVE, DeviceState.PRUNED, DeviceState.UNKNOWN
+
+_FIELD = re.compile(r"(?:record id|_v|[A-Za-z][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)?)\b")
+_RECORD_FIELDS = frozenset(
+    {"id", "name", "kind", "spec", "program", "args", "owner", "enabled", "limits"}
+    | {
+        "maxConsecutiveFailures",
+        "_v",
+        RollupField.LAST_RUN_AT,
+        RollupField.LAST_STATUS,
+        RollupField.CONSECUTIVE_FAILURES,
+    }
+    | {
+        RollupField.LAST_DURATION_MS,
+        RollupField.RUN_COUNT,
+        RollupField.LAST_RUN_REF,
+        RollupField.LAST_FUEL,
+        RollupField.LAST_COST_USD,
+    }
+)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One failed run: its id, when it started, and its error."""
+
+    run_id: str
+    started_at: float
+    error: str | None
+
+
+@dataclass(frozen=True)
+class WhyFacts:
+    """What this device knows of one trigger and of itself, as of `now`."""
+
+    id: str
+    now: float
+    peer_id: str | None
+    """This device's peer id (None until the server or the mirror told it)."""
+    verdict: str
+    parsed: TriggerDef | Malformed | None = None
+    entry: Entry | None = None
+    tombstoned: bool = False
+    devices: Mapping[str, DeviceState] | None = None
+    """Each peer id's state in the devices registry (`live`, `pruned`); None when unread."""
+    names: Mapping[str, str] = field(default_factory=dict)
+    """Each peer id's device name, where the registry gives one."""
+    winner: str | None = None
+    """The device active now, as the election last read it."""
+    hold: Mapping[str, Any] | None = None
+    """The takeover hold while claims wait (`waitingFor`, `since`, `maxS`), or None."""
+    may_claim: bool = True
+    installed: bool = True
+    """Whether this device can run the trigger's program."""
+    failures: Sequence[Failure] = ()
+    """The newest failed runs of the trigger on this device, newest first."""
+    consumed_run: str | None = None
+    """The run that consumed a `once` (its id), where this device knows it."""
+    overlap_skips: int = 0
+    """Occurrences skipped since the daemon started because a run was still in flight."""
+    next_fires: Sequence[float] = ()
+    """The next fires of this device's armed entry."""
+    spec_fires: Sequence[float] = ()
+    """The next occurrences of the spec from now, wherever it runs (for another device)."""
+
+
+@dataclass(frozen=True)
+class Reason:
+    """One reason, the fact behind it, and the command that changes it (None: nothing to run)."""
+
+    cause: Cause
+    text: str
+    facts: Mapping[str, Any]
+    fix: str | None = None
+    blocking: bool = True
+
+
+@dataclass(frozen=True)
+class Answer:
+    """Will it fire on this device; if not, why (fix-first order); if so, when and where."""
+
+    id: str
+    fires: bool
+    device: str | None
+    """The device it fires on (this one when `fires`), or None when none will."""
+    next_fires: Sequence[float]
+    reasons: Sequence[Reason]
+    now: float
+
+
+def malformed_field(reason: str) -> str | None:
+    """Return the record field a malformed record's reason names first, if it names one."""
+    match = _FIELD.match(reason)
+    if match is None:
+        return None
+    word = match.group(0)
+    if word == "record id":
+        return "id"
+    return word if word.split(".")[0] in _RECORD_FIELDS else None
+
+
+def device_state(facts: WhyFacts, peer: str) -> DeviceState:
+    """Return a device's state in the registry: `live`, `pruned` or `unknown`."""
+    if facts.devices is None:
+        return UNKNOWN
+    return facts.devices.get(peer, UNKNOWN)
+
+
+def explain(facts: WhyFacts) -> Answer:
+    """Return the answer for one trigger: every reason it will not fire here, fix first."""
+    reasons: list[Reason] = []
+    parsed, entry = facts.parsed, facts.entry
+    defn = parsed if isinstance(parsed, TriggerDef) else entry.defn if entry else None
+    device = _device(facts, defn)
+    if facts.tombstoned and defn is None:
+        reasons.append(_tombstoned(facts))
+    elif parsed is None and entry is None:
+        reasons.append(_unknown(facts))
+    elif defn is None:
+        assert isinstance(parsed, Malformed)
+        reasons.append(_malformed(facts, parsed))
+    else:
+        reasons += _device_reasons(facts)
+        reasons += _placement(facts, defn)
+        reasons += _definition(facts, defn, entry)
+        reasons += _state(facts, defn, entry)
+    blocking = [r for r in reasons if r.blocking]
+    fires = not blocking
+    if defn is not None:
+        reasons += _notes(facts, defn, entry)
+    if fires:
+        return Answer(facts.id, True, facts.peer_id, list(facts.next_fires), reasons, facts.now)
+    # Only where it belongs stops it here: it fires on that device, if that one is live.
+    elsewhere = all(r.cause in (Cause.PINNED_ELSEWHERE, Cause.STANDBY) for r in blocking)
+    if elsewhere and device is not None and device_state(facts, device) == LIVE:
+        return Answer(facts.id, False, device, list(facts.spec_fires), reasons, facts.now)
+    return Answer(facts.id, False, None, [], reasons, facts.now)
+
+
+def _device(facts: WhyFacts, defn: TriggerDef | None) -> str | None:
+    """Return the device a valid trigger belongs on, as far as this device can tell."""
+    if defn is None:
+        return None
+    if not is_unassigned(defn.owner):
+        return defn.owner if device_state(facts, defn.owner) != PRUNED else None
+    return facts.winner
+
+
+# the record
+
+
+def _unknown(facts: WhyFacts) -> Reason:
+    return Reason(
+        Cause.UNKNOWN,
+        f"no trigger {facts.id!r} among this daemon's records",
+        {"id": facts.id},
+        "anyrtd triggers list --all",
+    )
+
+
+def _tombstoned(facts: WhyFacts) -> Reason:
+    return Reason(
+        Cause.TOMBSTONED,
+        f"trigger {facts.id!r} was deleted: its id is tombstoned and cannot be reused",
+        {"id": facts.id, "tombstoned": True},
+        "anyrtd triggers create --id NEW-ID ...",
+    )
+
+
+def _malformed(facts: WhyFacts, bad: Malformed) -> Reason:
+    at_fault = malformed_field(bad.reason)
+    target = at_fault.split(".")[0] if at_fault else "FIELD"
+    return Reason(
+        Cause.MALFORMED,
+        f"the record is malformed, so no device adopts it: {bad.reason}",
+        {"field": at_fault, "reason": bad.reason, "version": bad.version},
+        f"anyrtd triggers edit {facts.id} --set {target}=JSON",
+    )
+
+
+# this device
+
+
+def _device_reasons(facts: WhyFacts) -> list[Reason]:
+    out: list[Reason] = []
+    if facts.peer_id is None:
+        out.append(
+            Reason(
+                Cause.NO_PEER_ID,
+                "this device has no peer id yet: the server has not answered since it started",
+                {"peerId": None},
+                "anyrtd doctor",
+            )
+        )
+    if facts.verdict == Verdict.PRUNED:
+        me = facts.peer_id or "this device"
+        elsewhere = facts.winner if facts.winner and facts.winner != facts.peer_id else "PEER"
+        out.append(
+            Reason(
+                Cause.DEVICE_PRUNED,
+                f"this device ({me}) is pruned in the devices registry: it fires nothing, "
+                "pins included, until a fresh init gives it a new peer id",
+                {"peerId": facts.peer_id, "deviceState": PRUNED, "verdict": facts.verdict},
+                f"anyrtd triggers pin {facts.id} {elsewhere}",
+            )
+        )
+    return out
+
+
+# where the trigger belongs
+
+
+def _placement(facts: WhyFacts, defn: TriggerDef) -> list[Reason]:
+    me, owner = facts.peer_id, defn.owner
+    if not is_unassigned(owner):
+        if owner == me:
+            return []
+        state = device_state(facts, owner)
+        name = facts.names.get(owner)
+        shown = f"{owner} ({name})" if name else owner
+        text = {
+            LIVE: f"it is pinned to another device, {shown}, which is live: it fires there",
+            PRUNED: f"it is pinned to {shown}, which is pruned: it fires nowhere",
+            UNKNOWN: f"it is pinned to {shown}, which the devices registry does not list: "
+            "it fires nowhere unless that device comes back",
+        }[state]
+        return [
+            Reason(
+                Cause.PINNED_ELSEWHERE,
+                text,
+                {"owner": owner, "ownerState": state, "ownerName": name, "peerId": me},
+                f"anyrtd triggers pin {facts.id} {me or 'here'}",
+            )
+        ]
+    if facts.verdict == Verdict.STANDBY:
+        winner = facts.winner
+        state = device_state(facts, winner) if winner else UNKNOWN
+        where = f"the active device, {winner}, claims it" if winner else "no device is active"
+        return [
+            Reason(
+                Cause.STANDBY,
+                f"it is unassigned and this device is on standby, so it may not claim it: {where}",
+                {"owner": owner, "verdict": facts.verdict, "winner": winner, "winnerState": state},
+                f"anyrtd triggers pin {facts.id} {me or 'here'}",
+            )
+        ]
+    held = facts.hold is not None or not facts.may_claim
+    if facts.verdict == Verdict.ACTIVE and facts.entry is None and held:
+        hold = dict(facts.hold or {})
+        waiting = hold.get("waitingFor")
+        text = (
+            f"this device took the active role and holds its claims until the stand-down "
+            f"beat of {waiting} arrives (at most takeover_hold_s)"
+            if waiting
+            else "this device may not claim now: the devices registry has not been read "
+            "within its lease, or a newer term holds the role"
+        )
+        return [Reason(Cause.TAKEOVER_HOLD, text, {"owner": owner, **hold}, "anyrtd election")]
+    return []
+
+
+# the definition
+
+
+def _definition(facts: WhyFacts, defn: TriggerDef, entry: Entry | None) -> list[Reason]:
+    out: list[Reason] = []
+    here = _here(facts, defn)
+    pinned = defn.owner == facts.peer_id
+    free = facts.peer_id is not None and (pinned or (facts.may_claim and facts.hold is None))
+    if entry is None and here and facts.verdict != Verdict.PRUNED and free:
+        out.append(
+            Reason(
+                Cause.NOT_ADOPTED,
+                "it belongs on this device but is not adopted yet: the next tick takes it up",
+                {"owner": defn.owner, "verdict": facts.verdict},
+                None,
+            )
+        )
+    row = entry.row if entry is not None else None
+    if row is not None and row.claimed_at is not None:
+        out.append(
+            Reason(
+                Cause.CLAIMING,
+                "this device claimed it and awaits the claim's confirmation "
+                "(the owner stamp seen back from the server, and a full tick still the owner)",
+                {"claimedAt": row.claimed_at, "owner": defn.owner},
+                None,
+            )
+        )
+    if row is not None and row.marker is not None:
+        reason = marker_reason(defn, facts.now) or row.marker
+        at_fault = "program" if row.marker == Marker.NOT_INSTALLED else "spec"
+        fix = (
+            "anyrtd programs list"
+            if row.marker == Marker.NOT_INSTALLED
+            else f"anyrtd triggers edit {facts.id} --set spec=JSON"
+        )
+        out.append(
+            Reason(
+                Cause.MARKER,
+                f"it is marked {row.marker} and can never fire as it stands: {reason}",
+                {"marker": row.marker, "field": at_fault, "reason": reason, "spec": defn.spec},
+                fix,
+            )
+        )
+    elif here and not facts.installed:
+        out.append(
+            Reason(
+                Cause.NOT_INSTALLED,
+                f"its program {defn.program} is not installed on this device: a run would fail",
+                {"program": defn.program, "peerId": facts.peer_id},
+                "anyrtd programs list",
+            )
+        )
+    return out
+
+
+def _here(facts: WhyFacts, defn: TriggerDef) -> bool:
+    """Tell whether the trigger belongs on this device (pinned here, or unassigned and active)."""
+    if not is_unassigned(defn.owner):
+        return defn.owner == facts.peer_id
+    return facts.verdict == Verdict.ACTIVE
+
+
+# its state
+
+
+def _state(facts: WhyFacts, defn: TriggerDef, entry: Entry | None) -> list[Reason]:
+    row = entry.row if entry is not None else None
+    enabled = row.enabled if row is not None else defn.enabled
+    failures = row.consecutive_failures if row is not None else defn.rollup.consecutive_failures
+    consumed = (
+        row.consumed
+        if row is not None
+        else defn.kind == Kind.ONCE and (defn.rollup.last_run_at is not None)
+    )
+    if enabled:
+        armed = row is not None and row.marker is None and row.claimed_at is None
+        idle = row is not None and row.next_fire is None and not consumed
+        if armed and idle and defn.kind != Kind.EVENT:
+            return [
+                Reason(
+                    Cause.NO_NEXT_FIRE,
+                    "it is enabled but has no occurrence ahead",
+                    {"kind": defn.kind, "spec": dict(defn.spec)},
+                    f"anyrtd triggers edit {facts.id} --set spec=JSON",
+                )
+            ]
+        return []
+    if defn.rollup.last_status == LastStatus.AUTO_DISABLED:
+        errors = [
+            {"runId": f.run_id, "startedAt": f.started_at, "error": f.error} for f in facts.failures
+        ]
+        return [
+            Reason(
+                Cause.AUTO_DISABLED,
+                f"the breaker disabled it after {failures} consecutive failures "
+                f"(limit {defn.max_consecutive_failures})",
+                {
+                    RollupField.CONSECUTIVE_FAILURES: failures,
+                    "maxConsecutiveFailures": defn.max_consecutive_failures,
+                    RollupField.LAST_STATUS: defn.rollup.last_status,
+                    "lastErrors": errors,
+                },
+                f"anyrtd triggers enable {facts.id}",
+            )
+        ]
+    if defn.kind == Kind.ONCE and consumed:
+        run = facts.consumed_run or defn.rollup.last_run_ref
+        return [
+            Reason(
+                Cause.CONSUMED,
+                "it is a once that already ran"
+                + (f" (run {run})" if run else "")
+                + ": it does not fire again",
+                {
+                    RollupField.LAST_RUN_AT: defn.rollup.last_run_at,
+                    "run": run,
+                    RollupField.LAST_STATUS: defn.rollup.last_status,
+                },
+                f"anyrtd triggers edit {facts.id} --at TIME",
+            )
+        ]
+    return [
+        Reason(
+            Cause.DISABLED,
+            "it is disabled",
+            {"enabled": False},
+            f"anyrtd triggers enable {facts.id}",
+        )
+    ]
+
+
+# notes that do not stop it
+
+
+def _notes(facts: WhyFacts, defn: TriggerDef, entry: Entry | None) -> list[Reason]:
+    out: list[Reason] = []
+    row = entry.row if entry is not None else None
+    failures = row.consecutive_failures if row is not None else defn.rollup.consecutive_failures
+    enabled = row.enabled if row is not None else defn.enabled
+    if enabled and failures > 0:
+        errors = [
+            {"runId": f.run_id, "startedAt": f.started_at, "error": f.error} for f in facts.failures
+        ]
+        out.append(
+            Reason(
+                Cause.FAILING,
+                f"its last {failures} runs failed; the breaker disables it at "
+                f"{defn.max_consecutive_failures}",
+                {
+                    RollupField.CONSECUTIVE_FAILURES: failures,
+                    "maxConsecutiveFailures": defn.max_consecutive_failures,
+                    "lastErrors": errors,
+                },
+                f"anyrtd runs list --trigger {facts.id}",
+                blocking=False,
+            )
+        )
+    if entry is not None and entry.running:
+        out.append(
+            Reason(
+                Cause.RUNNING,
+                "a run is in flight: an occurrence that comes due before it ends is skipped",
+                {"running": entry.running},
+                None,
+                blocking=False,
+            )
+        )
+    if facts.overlap_skips:
+        out.append(
+            Reason(
+                Cause.OVERLAP_SKIPS,
+                f"{facts.overlap_skips} occurrences were skipped since the daemon started "
+                "because the previous run was still running",
+                {"overlapSkips": facts.overlap_skips},
+                None,
+                blocking=False,
+            )
+        )
+    return out
+
+
+__all__ = [
+    "LIVE",
+    "PRUNED",
+    "UNKNOWN",
+    "Answer",
+    "Failure",
+    "Reason",
+    "WhyFacts",
+    "device_state",
+    "explain",
+    "malformed_field",
+]
