@@ -28,6 +28,14 @@ class ServerError(Exception):
         self.message = message
 
 
+class Unsendable(ServerError):
+    """The request could not be encoded (text that is not valid Unicode, a NaN): no server
+    would ever take it, so it is refused like a server's refusal, and never retried."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(0, "unsendable", message)
+
+
 class ServerUnavailable(Exception):
     """The server could not be reached (connection refused, timeout, a 5xx)."""
 
@@ -144,6 +152,8 @@ class ServerClient:
                 self.reach.unreachable_since = self._now()
             self.reach.error = error
             raise ServerUnavailable(error) from exc
+        except (TypeError, ValueError) as exc:  # the body cannot be encoded (UnicodeError too)
+            raise Unsendable(f"{exc.__class__.__name__}: {exc}") from exc
         self.reach.unreachable_since = self.reach.error = None
         if resp.status_code >= 500:
             raise ServerUnavailable(f"{self.base_url}{path}: server error {resp.status_code}")
@@ -240,7 +250,14 @@ class ServerClient:
             body = await self._call(
                 "POST", self._space_path(where, "modify"), {**self._where(where), "records": mods}
             )
-        return {str(r["id"]): int(r["version"]) for r in body["records"]}
+        try:
+            return {str(r["id"]): int(r["version"]) for r in body["records"]}
+        except (KeyError, TypeError, ValueError) as exc:
+            # Not the any server's answer (a proxy's page, say): the write may not have
+            # happened, and an upsert may be sent again.
+            raise ServerUnavailable(
+                f"{self.base_url}: the answer to a write is not the any server's ({exc!r})"
+            ) from exc
 
     async def replace(self, where: Dataset, record_id: str, value: Mapping[str, Any]) -> int:
         """Replace a whole record (creating it when missing); return its new version."""

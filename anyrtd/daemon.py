@@ -178,7 +178,7 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
         await self.sync_stage.load(db)
         self.apply.restore(snap.entries, now)
         # Before anything fires: close what a crash left running.
-        self.firing.close_interrupted(await self.db_call(Mirror.open_runs), now)
+        await self.firing.close_interrupted(await self.db_call(Mirror.open_runs), now)
         await self.unit.commit(now)
         log.info(
             "mirror %s opened: %d records, %d entries restored, peer %s",
@@ -349,7 +349,7 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
         if (places := self.places) is None or self.db is None:
             return None
         datasets = {TRIGGERS: places.triggers, RUNS: places.runs}
-        result = await drain(self.db, self.client, datasets.get)
+        result = await drain(self.db, self.client, datasets.get, now=self.clock.now)
         for dataset, rid, version in result.acked:
             if dataset == TRIGGERS:
                 self.records.acked(rid, version)
@@ -442,9 +442,9 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
 
     async def metrics(self) -> Metrics:
         # The depth read here also feeds the status line.
-        self.outbox_depth = await self.db_call(Mirror.outbox_depth)
+        self.outbox_depth, aside = await self.db_call(Mirror.outbox_counts)
         age = self._tick_age()
-        return Metrics(self.stats, self.outbox_depth, self.gate.verdict, age, self.peer_id)
+        return Metrics(self.stats, self.outbox_depth, self.gate.verdict, age, self.peer_id, aside)
 
     def election(self) -> dict[str, Any]:
         return self.gate.describe(self.peer_id)

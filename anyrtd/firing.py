@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import logging
 import uuid
@@ -28,6 +29,7 @@ from anyrtd.records import RecordCache
 from anyrtd.registry import Entry, Registry
 from anyrtd.rows import RunRow
 from anyrtd.runner import Runner
+from anyrtd.runner.process import kill_group, leftover_group, process_start, run_groups
 from anyrtd.runs import BREAKER_STATUSES, duration_ms, rollup
 from anyrtd.unit import Unit
 from anyrtd.vocab import Kind, RollupField, RunStatus, Verdict
@@ -205,6 +207,7 @@ class Firing:
             args=args,
             scheduled_at=row.scheduled_at,
             device=row.device,
+            on_spawn=functools.partial(self._keep_group, row),
         )
 
     def _on_start(self, row: RunRow) -> Callable[[float], None]:
@@ -252,11 +255,34 @@ class Firing:
         if row.scheduled_at is not None:
             self.stats.fire_lag.observe(max(0.0, at - row.scheduled_at))
 
+    async def _keep_group(self, row: RunRow, pgid: int) -> None:
+        """Keep a command's process group in its run's row, for a restart after a crash."""
+        row.process_group = pgid
+        row.process_start = process_start(pgid)
+        self.unit.save_run(row)
+        try:
+            await self.unit.commit(self.clock.now())
+        except Exception as exc:  # the run goes on; the next commit writes the row
+            log.warning(
+                "run %s: cannot keep its process group %d in the mirror yet: %s",
+                row.run_id,
+                pgid,
+                exc,
+                extra={"trigger": row.trigger_id, "run": row.run_id},
+            )
+
     # ending
 
-    def close_interrupted(self, rows: Iterable[RunRow], now: float) -> None:
-        """Close the runs a crash left `running` as `interrupted`."""
-        for row in rows:
+    async def close_interrupted(self, rows: Iterable[RunRow], now: float) -> None:
+        """Close the runs a crash left `running` as `interrupted`, first stopping what is
+        left of their commands' process groups (SIGTERM, then SIGKILL after the grace)."""
+        rows = list(rows)
+        # A run whose group was not kept yet is found by the run id in its environment.
+        unkept = run_groups([r.run_id for r in rows if r.process_group is None]) if rows else {}
+        notes = await asyncio.gather(
+            *(self._stop_leftover(row, unkept.get(row.run_id, set())) for row in rows)
+        )
+        for row, note in zip(rows, notes, strict=True):
             outcome = RunOutcome(
                 status=RunStatus.INTERRUPTED,
                 error_type=None,
@@ -265,7 +291,7 @@ class Firing:
                 ended_at=max(now, row.started_at),
                 duration_ms=duration_ms(row.started_at, now),
                 result={},
-                output=row.output,
+                output=_with_line(row.output, note),
                 output_dropped=row.output_dropped,
             )
             log.warning(
@@ -276,6 +302,43 @@ class Firing:
             )
             entry = self.registry.get(row.trigger_id) if row.trigger_id is not None else None
             self.record_outcome(row, outcome, entry=entry)
+
+    async def _stop_leftover(self, row: RunRow, found: set[int]) -> str:
+        """Stop the process groups a crash left running for `row` (its kept group, else those
+        `found` by its run id); return a note for its output."""
+        extra = {"trigger": row.trigger_id, "run": row.run_id}
+        groups = sorted(found)
+        if (pgid := row.process_group) is not None:
+            if row.process_start is None:
+                log.warning(
+                    "run %s: cannot tell whether process group %d is still its program "
+                    "(no /proc): left alone",
+                    row.run_id,
+                    pgid,
+                    extra=extra,
+                )
+                return ""
+            groups = [pgid] if leftover_group(pgid, row.process_start) else []
+        grace = self.runner.kill_grace_s
+        counts = await asyncio.gather(*(kill_group(g, grace) for g in groups))
+        stopped = ", ".join(
+            f"process group {g}, {n} process(es)" for g, n in zip(groups, counts, strict=True) if n
+        )
+        if not stopped:
+            return ""
+        log.warning(
+            "run %s of %s: its program was still running after the crash (%s): stopped it "
+            "(SIGTERM, then SIGKILL after %g s)",
+            row.run_id,
+            row.trigger_id,
+            stopped,
+            grace,
+            extra=extra,
+        )
+        return (
+            "anyrtd: the program was still running when the daemon started again; it was "
+            f"stopped ({stopped})\n"
+        )
 
     def record_outcome(self, row: RunRow, outcome: RunOutcome, entry: Entry | None) -> None:
         """Close a run: its summary in the mirror, its record and the rollup in the outbox."""
@@ -326,6 +389,13 @@ class Firing:
                 )
             self.unit.save(entry.row)
         self.unit.write_trigger(row.trigger_id, write.fields)
+
+
+def _with_line(output: str, line: str) -> str:
+    """Return `output` with `line` added on a line of its own."""
+    if line and output and not output.endswith("\n"):
+        return f"{output}\n{line}"
+    return output + line
 
 
 __all__ = ["Firing", "Start", "new_run_id"]

@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 import sqlite3
+import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -65,7 +66,7 @@ from anyrtd.mirror_guard import (
     rebuild,
     write_marker,
 )
-from anyrtd.rows import Batch, EntryRow, OutboxItem, RunRow
+from anyrtd.rows import Batch, EntryRow, OutboxItem, RunRow, SetAside
 from anyrtd.vocab import RunStatus
 
 T = TypeVar("T")
@@ -126,6 +127,8 @@ runs_table = Table(
     Column("result", Text, nullable=False, server_default="{}"),
     Column("output", Text, nullable=False, server_default=text("''")),
     Column("output_dropped", Integer, nullable=False, server_default="0"),
+    Column("process_group", Integer),
+    Column("process_start", Text),
     Index("runs_trigger_started", "trigger_id", "started_at"),
     Index("runs_status", "status"),
     Index("runs_started", "started_at"),
@@ -141,6 +144,7 @@ outbox_table = Table(
     Column("created_at", Float, nullable=False),
     Column("attempts", Integer, nullable=False, server_default="0"),
     Column("last_error", Text),
+    Column("set_aside_at", Float),
 )
 tombstones_table = Table(
     "tombstones",
@@ -398,23 +402,69 @@ class Mirror:
             return {str(s): int(n) for s, n in conn.execute(q)}
 
     def outbox_pending(self, limit: int = 500) -> list[OutboxItem]:
-        q = select(outbox_table).order_by(outbox_table.c.seq).limit(limit)
+        """Return the oldest writes still to send, in order; set-aside ones are not sent.
+
+        A row whose stored text no longer decodes (a damaged mirror) is set aside here, so
+        that it cannot stop the writes behind it.
+        """
+        q = (
+            select(outbox_table)
+            .where(outbox_table.c.set_aside_at.is_(None))
+            .order_by(outbox_table.c.seq)
+            .limit(limit)
+        )
+        items: list[OutboxItem] = []
+        undecodable: list[int] = []
         with self.engine.connect() as conn:
-            return [
-                OutboxItem(
-                    seq=r.seq,
-                    dataset=r.dataset,
-                    record_id=r.record_id,
-                    fields=json.loads(r.fields),
-                    unset=json.loads(r.unset),
-                    attempts=r.attempts,
+            for r in conn.execute(q):
+                try:
+                    fields_, unset = json.loads(r.fields), json.loads(r.unset)
+                except ValueError:
+                    undecodable.append(r.seq)
+                    continue
+                items.append(
+                    OutboxItem(
+                        seq=r.seq,
+                        dataset=r.dataset,
+                        record_id=r.record_id,
+                        fields=fields_,
+                        unset=unset,
+                        attempts=r.attempts,
+                    )
                 )
-                for r in conn.execute(q)
-            ]
+        if undecodable:
+            reason = "its text in the mirror is not valid JSON"
+            self.set_aside_outbox(undecodable, reason, time.time())
+        return items
 
     def outbox_depth(self) -> int:
+        """Return how many writes wait to be sent (set-aside ones not counted)."""
+        q = select(func.count()).select_from(outbox_table)
         with self.engine.connect() as conn:
-            return int(conn.execute(select(func.count()).select_from(outbox_table)).scalar_one())
+            return int(conn.execute(q.where(outbox_table.c.set_aside_at.is_(None))).scalar_one())
+
+    def outbox_counts(self) -> tuple[int, int]:
+        """Return how many writes wait to be sent, and how many are set aside (never sent)."""
+        aside = outbox_table.c.set_aside_at.is_not(None)
+        q = select(func.count(), func.count().filter(aside)).select_from(outbox_table)
+        with self.engine.connect() as conn:
+            total, set_aside = conn.execute(q).one()
+        return int(total) - int(set_aside), int(set_aside)
+
+    def outbox_set_aside(self, limit: int = 100) -> list[SetAside]:
+        """Return the writes set aside, oldest first."""
+        c = outbox_table.c
+        q = (
+            select(c.seq, c.dataset, c.record_id, c.set_aside_at, c.last_error)
+            .where(c.set_aside_at.is_not(None))
+            .order_by(c.seq)
+            .limit(limit)
+        )
+        with self.engine.connect() as conn:
+            return [
+                SetAside(r.seq, r.dataset, r.record_id, r.set_aside_at, r.last_error or "")
+                for r in conn.execute(q)
+            ]
 
     # writing
 
@@ -441,6 +491,19 @@ class Mirror:
                     update(outbox_table)
                     .where(outbox_table.c.seq.in_(chunk))
                     .values(attempts=outbox_table.c.attempts + 1, last_error=error)
+                )
+
+    def set_aside_outbox(self, seqs: Iterable[int], error: str, now: float) -> None:
+        """Keep writes the server can never take, with the reason, and stop sending them."""
+        seqs = list(seqs)
+        with self.engine.begin() as conn:
+            for chunk in _chunks(seqs, 500):
+                conn.execute(
+                    update(outbox_table)
+                    .where(outbox_table.c.seq.in_(chunk))
+                    .values(
+                        attempts=outbox_table.c.attempts + 1, last_error=error, set_aside_at=now
+                    )
                 )
 
     def prune_runs(self, before: float) -> int:
@@ -508,6 +571,7 @@ def _write_batch(conn: Connection, batch: Batch, now: float) -> None:
                     "created_at": now,
                     "attempts": 0,
                     "last_error": None,
+                    "set_aside_at": None,
                 }
                 for d, i, f, u in batch.outbox
             ],

@@ -93,6 +93,8 @@ class Metrics:
     verdict: str
     last_tick_age: float | None
     peer_id: str | None
+    outbox_set_aside: int = 0
+    """Writes the server can never take, kept in the mirror and no longer sent."""
 
 
 class Port(Protocol):

@@ -27,6 +27,10 @@ class RunRequest:
     args: Mapping[str, Any]
     scheduled_at: float | None
     device: str
+    on_spawn: Callable[[int], Awaitable[None]] | None = field(
+        default=None, compare=False, repr=False
+    )
+    """Called with a command's process group once it is started, before the runner waits."""
 
 
 @dataclass(frozen=True)

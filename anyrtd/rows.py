@@ -45,6 +45,10 @@ class RunRow:
     result: Mapping[str, Any] = field(default_factory=dict)
     output: str = ""
     output_dropped: int = 0
+    process_group: int | None = None
+    """A command's process group while it runs, so a restart after a crash can stop it."""
+    process_start: str | None = None
+    """What tells that group's leader from a later process with the same id (boot and start)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +61,17 @@ class OutboxItem:
     fields: Mapping[str, Any]
     unset: Sequence[str]
     attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class SetAside:
+    """A write the server can never take: kept in the outbox, no longer sent."""
+
+    seq: int
+    dataset: str
+    record_id: str
+    set_aside_at: float
+    error: str
 
 
 @dataclass(slots=True)

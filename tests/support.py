@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import Any, TypeVar
 
 from anyrtd.client import ServerClient, Upsert
+from anyrtd.clock import SystemClock
+from anyrtd.config import Config
+from anyrtd.daemon import Daemon
 from anyrtd.places import resolve_places
+from anyrtd.program import ProgramFn
+from anyrtd.runner import Runner
 
 T = TypeVar("T")
 
@@ -116,3 +122,20 @@ def server_runs(url: str, trigger_id: str) -> list[dict[str, Any]]:
             await client.aclose()
 
     return asyncio.run(go())
+
+
+def daemon_with(
+    url: str, state_dir: Path, programs: Mapping[str, ProgramFn], tick_s: float = 0.2
+) -> Daemon:
+    """Return a daemon (not started) on the server at `url` that runs `programs` in process."""
+    client = ServerClient(url)
+    runner = Runner(
+        client=client,
+        clock=SystemClock(),
+        agent_name="bao",
+        space="bao",
+        commands={},
+        extra_builtins=dict(programs),
+    )
+    config = Config(server=url, state_dir=state_dir, tick_s=tick_s)
+    return Daemon(config, client=client, runner=runner)

@@ -380,10 +380,11 @@ def test_doctor_finds_everything_in_order(cli: Cli) -> None:
         "anchor",
         "triggers",
         "mirror",
+        "outbox",
         "control",
         "clock",
     ]
-    for name in ("server", "anchor", "mirror", "control", "clock"):
+    for name in ("server", "anchor", "mirror", "outbox", "control", "clock"):
         assert by_name[name]["status"] == "ok", by_name[name]
     assert "ok" in cli("doctor").stdout
 

@@ -10,15 +10,13 @@ from typing import Any
 
 import pytest
 from fleet import Fleet, Node
-from support import async_wait_until
+from support import async_wait_until, daemon_with
 
 from anyrtd.client import Change, Dataset, ServerClient, Upsert
-from anyrtd.clock import SystemClock
 from anyrtd.config import Config
 from anyrtd.daemon import Daemon
 from anyrtd.events import LiveGate, fires, is_own, new_message
 from anyrtd.model import TriggerDef, parse_record
-from anyrtd.runner import Runner
 
 # the pure rules
 
@@ -216,17 +214,7 @@ async def test_a_message_reaches_its_program_within_a_second(
         started.append(time.time())
         seen.set()
 
-    client = ServerClient(server.url)
-    runner = Runner(
-        client=client,
-        clock=SystemClock(),
-        agent_name="bao",
-        space="bao",
-        commands={},
-        extra_builtins={"test:mark@v1": program},
-    )
-    config = Config(server=server.url, state_dir=tmp_path / "state", tick_s=0.2)
-    daemon = Daemon(config, client=client, runner=runner)
+    daemon = daemon_with(server.url, tmp_path / "state", {"test:mark@v1": program})
     user = ServerClient(server.url)
     try:
         await daemon.start()
@@ -270,17 +258,7 @@ async def test_a_trigger_on_another_spaces_chat_follows_that_spaces_feed(
     async def program(args: Any, ctx: Any) -> None:
         seen.append(dict(args["event"]))
 
-    client = ServerClient(server.url)
-    runner = Runner(
-        client=client,
-        clock=SystemClock(),
-        agent_name="bao",
-        space="bao",
-        commands={},
-        extra_builtins={"test:mark@v1": program},
-    )
-    config = Config(server=server.url, state_dir=tmp_path / "state", tick_s=0.2)
-    daemon = Daemon(config, client=client, runner=runner)
+    daemon = daemon_with(server.url, tmp_path / "state", {"test:mark@v1": program})
     user = ServerClient(server.url)
     try:
         await daemon.start()

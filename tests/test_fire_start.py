@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import async_wait_until
+from support import async_wait_until, daemon_with
 
 from anyrtd.client import ServerClient, Upsert
 from anyrtd.clock import SystemClock
@@ -129,17 +129,7 @@ async def test_a_due_batch_starts_every_program_before_any_runs_other_work(
         if len(seen) == BURST:
             done.set()
 
-    client = ServerClient(devserver.url)
-    runner = Runner(
-        client=client,
-        clock=SystemClock(),
-        agent_name="bao",
-        space="bao",
-        commands={},
-        extra_builtins={"test:note@v1": note},
-    )
-    config = Config(server=devserver.url, state_dir=tmp_path / "state", tick_s=0.2)
-    daemon = Daemon(config, client=client, runner=runner)
+    daemon = daemon_with(devserver.url, tmp_path / "state", {"test:note@v1": note})
     user = ServerClient(devserver.url)
     try:
         await daemon.start()

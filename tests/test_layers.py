@@ -25,6 +25,7 @@ FLOW: tuple[tuple[str, ...], ...] = (
     ("anyrtd.rows",),
     ("anyrtd.mirror_guard",),
     ("anyrtd.mirror",),
+    ("anyrtd.migrations",),  # installed inside the package (pyproject's package-dir)
     ("anyrtd.claims",),
     ("anyrtd.reconcile",),
     ("anyrtd.registry",),
@@ -74,6 +75,7 @@ FLOW: tuple[tuple[str, ...], ...] = (
 """Each row is a room; a module may import its own room's modules and those of earlier rows."""
 
 PACKAGES = (
+    "anyrtd.migrations",
     "anyrtd.programs",
     "anyrtd.devserver",
     "anyrtd.schedule",

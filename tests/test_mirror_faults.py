@@ -13,11 +13,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from alembic.script import ScriptDirectory
 from conftest import DevserverProcess, anyrtd_command
 from control_support import ServeProcess
 from support import wait_until
 
-from anyrtd.mirror import Mirror
+from anyrtd.mirror import Mirror, alembic_config
 from anyrtd.mirror_guard import EXIT_BROKEN_STATE, MARKER_FILE, read_marker
 from anyrtd.rows import Batch
 
@@ -252,13 +253,18 @@ def at_revision(serve: ServeProcess, sql: str) -> None:
     made.close()
 
 
+def head() -> str | None:
+    """Return the newest schema revision this anyrtd's migrations know."""
+    return ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+
+
 def test_a_newer_mirror_is_told_to_upgrade_anyrtd_and_db_upgrade_says_so_too(
     serve: ServeProcess,
 ) -> None:
     at_revision(serve, "UPDATE alembic_version SET version_num = 'f00dfeed'")
     advice = (
         f"the mirror {mirror_of(serve)} is at schema revision f00dfeed, which this anyrtd does "
-        "not know (its newest is 0001): a newer anyrtd wrote it; upgrade anyrtd to that "
+        f"not know (its newest is {head()}): a newer anyrtd wrote it; upgrade anyrtd to that "
         "version or later (`anyrtd db upgrade` cannot go forward to it)"
     )
     assert refused(run(serve.argv())) == advice
@@ -277,7 +283,7 @@ def test_an_unversioned_mirror_is_told_to_rebuild_which_works(serve: ServeProces
     assert refused(run(serve.argv())) == advice
     assert refused(db(serve, "upgrade")) == advice
     current = db(serve, "current")
-    assert current.returncode == 0 and current.stdout.endswith(f"(head 0001, {advice})\n")
+    assert current.returncode == 0 and current.stdout.endswith(f"(head {head()}, {advice})\n")
     assert db(serve, "rebuild").returncode == 0
     served_once(serve)
 

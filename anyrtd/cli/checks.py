@@ -16,10 +16,13 @@ from anyrtd.config import Config
 from anyrtd.election import APP
 from anyrtd.model import Malformed, parse_record
 from anyrtd.places import TRIGGER_TYPE_KEY
+from anyrtd.rows import SetAside
 from anyrtd.vocab import LastStatus, Marker, RollupField
 
 EARLIEST_PLAUSIBLE = 1_704_067_200.0  # 2024-01-01: a clock before this was never set
 CLOCK_SKEW_S = 5.0
+OUTBOX_NAMED = 10
+"""How many set-aside outbox writes the doctor names."""
 
 
 @dataclass(frozen=True)
@@ -246,6 +249,11 @@ class _Doctor:
             mirror = Mirror(path)
             try:
                 current, head = mirror.revisions()
+                outbox = (
+                    (mirror.outbox_depth(), mirror.outbox_set_aside(limit=OUTBOX_NAMED))
+                    if current == head
+                    else None
+                )
             finally:
                 mirror.close()
         except PermissionError as exc:
@@ -261,6 +269,8 @@ class _Doctor:
             return
         if current == head:
             self.add("mirror", "ok", f"{path} at schema revision {head}")
+            if outbox is not None:
+                self._outbox(path, *outbox)
         else:
             self.add(
                 "mirror",
@@ -268,6 +278,22 @@ class _Doctor:
                 f"{path} is at revision {current or 'empty'}, this anyrtd needs {head}",
                 "run `anyrtd db upgrade`",
             )
+
+    def _outbox(self, path: Path, depth: int, aside: list[SetAside]) -> None:
+        waiting = f"{depth} write(s) waiting for the server"
+        if not aside:
+            self.add("outbox", "ok", f"{waiting}; none set aside")
+            return
+        named = "; ".join(f"{a.dataset} {a.record_id} ({a.error})" for a in aside)
+        more = " ..." if len(aside) == OUTBOX_NAMED else ""
+        self.add(
+            "outbox",
+            "warn",
+            f"{waiting}; write(s) the server can never take, set aside (kept, not sent): "
+            f"{named}{more}",
+            "nothing blocks the writes behind them; to look at them: sqlite3 -readonly "
+            f"{path} 'SELECT * FROM outbox WHERE set_aside_at IS NOT NULL'",
+        )
 
     def _ask_daemon(self) -> None:
         try:

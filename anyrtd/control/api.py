@@ -428,6 +428,7 @@ async def metrics(request: web.Request) -> web.Response:
         states=states,
         stats=facts.stats,
         outbox_depth=facts.outbox_depth,
+        outbox_set_aside=facts.outbox_set_aside,
         verdict=facts.verdict,
         last_tick_age=facts.last_tick_age,
         peer_id=facts.peer_id,

@@ -307,6 +307,7 @@ def metrics_text(
     last_tick_age: float | None,
     peer_id: str | None,
     version: str,
+    outbox_set_aside: int = 0,
 ) -> str:
     """Return the Prometheus text exposition of the daemon's state."""
     lines: list[str] = [
@@ -357,6 +358,10 @@ def metrics_text(
         "# HELP anyrtd_outbox_depth Writes waiting in the outbox for the server.",
         "# TYPE anyrtd_outbox_depth gauge",
         f"anyrtd_outbox_depth {outbox_depth}",
+        "# HELP anyrtd_outbox_set_aside Writes the server can never take, kept in the mirror "
+        "and not sent (`anyrtd doctor` lists them).",
+        "# TYPE anyrtd_outbox_set_aside gauge",
+        f"anyrtd_outbox_set_aside {outbox_set_aside}",
         "# HELP anyrtd_election_verdict This device's election verdict (1 for the one held).",
         "# TYPE anyrtd_election_verdict gauge",
     ]

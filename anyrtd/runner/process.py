@@ -13,7 +13,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 log = logging.getLogger("anyrtd.runner")
 
@@ -134,3 +134,105 @@ async def kill_group(pgid: int, grace_s: float) -> int:
     if not await _wait_group_empty(pgid, KILL_WAIT_S):
         log.error("process group %d still has live members %g s after SIGKILL", pgid, KILL_WAIT_S)
     return members
+
+
+_BOOT_ID = "/proc/sys/kernel/random/boot_id"
+
+
+def _boot_id() -> str | None:
+    try:
+        with open(_BOOT_ID) as fh:
+            return fh.read().strip() or None
+    except OSError:
+        return None
+
+
+def process_start(pid: int) -> str | None:
+    """Return what tells process `pid` from a later one given the same id: `BOOT:START`.
+
+    BOOT is the kernel's boot id, START the process's start time in clock ticks since boot
+    (field 22 of /proc/PID/stat). None where /proc does not say (not Linux, or no such pid).
+    """
+    boot = _boot_id()
+    if boot is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return None
+    # Fields after the command name (which may hold spaces and parentheses): state is
+    # field 3, so the start time, field 22, is the 20th.
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    if len(fields) < 20:
+        return None
+    return f"{boot}:{int(fields[19])}"
+
+
+def leftover_group(pgid: int, started: str | None) -> bool:
+    """Return whether process group `pgid`, whose leader started as `started`, still runs.
+
+    A group whose leader is still the same process is it; one whose leader has exited may
+    still hold its other members (the kernel gives no new process that id while they live),
+    unless the machine was restarted since. A leader id now taken by another process, or a
+    group whose start is unknown, is not it.
+    """
+    if started is None:
+        return False
+    now = process_start(pgid)
+    if now is not None:
+        return now == started
+    boot = _boot_id()
+    return boot is not None and started.partition(":")[0] == boot and group_members(pgid) != 0
+
+
+RUN_ID_VAR = b"ANYRTD_RUN_ID="
+
+
+def _run_id(pid: int | str) -> str | None:
+    """Return the `ANYRTD_RUN_ID` in process `pid`'s environment, if any."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            environ = fh.read()
+    except OSError:
+        return None
+    for entry in environ.split(b"\0"):
+        if entry.startswith(RUN_ID_VAR):
+            return entry[len(RUN_ID_VAR) :].decode(errors="replace")
+    return None
+
+
+def run_groups(run_ids: Collection[str]) -> dict[str, set[int]]:
+    """Return the process groups of the processes whose environment names one of `run_ids`.
+
+    For runs whose group was not kept (a crash between the start of a command and that
+    write): the runner gives each command `ANYRTD_RUN_ID`. A group counts when its leader
+    carries the same run id, or has exited; a process that joined a stranger's group does
+    not bring that group in. One pass over /proc; empty where /proc does not say.
+    """
+    wanted = set(run_ids)
+    found: dict[str, set[int]] = {}
+    if not wanted:
+        return found
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    own = os.getpgrp()
+    for name in entries:
+        if not name.isdigit() or (run_id := _run_id(name)) not in wanted:
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) < 3 or fields[0] in (b"Z", b"X"):
+            continue
+        pgid = int(fields[2])
+        if pgid == own:
+            continue
+        if pgid == int(name) or not os.path.exists(f"/proc/{pgid}") or _run_id(pgid) == run_id:
+            found.setdefault(run_id, set()).add(pgid)
+    return found

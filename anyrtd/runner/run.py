@@ -126,6 +126,11 @@ class Runner:
     def timeout_s(self) -> float:
         return self._timeout_s
 
+    @property
+    def kill_grace_s(self) -> float:
+        """How long a process group has between SIGTERM and SIGKILL."""
+        return self._kill_grace_s
+
     def configure(
         self,
         *,
@@ -405,6 +410,8 @@ class Runner:
         waiter = asyncio.create_task(proc.wait())
         why: str | None = None
         try:
+            if req.on_spawn is not None:
+                await req.on_spawn(pgid)
             await asyncio.wait(_futures(waiter, flight.stop), return_when=asyncio.FIRST_COMPLETED)
             why = None if waiter.done() else flight.stop.result()
         finally:

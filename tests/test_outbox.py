@@ -1,0 +1,219 @@
+"""The outbox drain never wedges: a write the server can never take is set aside (kept in the
+mirror, counted, shown by the doctor) and the writes behind it reach the server."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+from collections.abc import AsyncIterator, Iterable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from conftest import anyrtd_command
+from control_support import ServeProcess
+from support import server_runs, wait_until
+
+from anyrtd.client import Dataset, ServerClient, ServerError, ServerUnavailable, Upsert
+from anyrtd.devserver import DevServer
+from anyrtd.mirror import AsyncMirror, Mirror
+from anyrtd.outbox import RUNS, TRIGGERS, drain
+from anyrtd.places import resolve_places
+from anyrtd.rows import Batch
+
+NOW = 1_800_000_000.0
+
+
+@pytest.fixture
+async def mirror(tmp_path: Path) -> AsyncIterator[AsyncMirror]:
+    db = AsyncMirror(Mirror(tmp_path / "mirror.sqlite3"))
+    await db.call(lambda m: m.ensure_schema(create=True))
+    try:
+        yield db
+    finally:
+        await db.close()
+
+
+async def queue(db: AsyncMirror, writes: Iterable[tuple[str, str, dict[str, Any]]]) -> None:
+    batch = Batch()
+    for dataset, rid, fields in writes:
+        batch.write(dataset, rid, fields)
+    await db.call(lambda m: m.commit(batch, NOW))
+
+
+class FakeClient:
+    """A server client that refuses some ids, fails on others, and takes the rest."""
+
+    def __init__(self, refuse: set[str] = frozenset(), odd: set[str] = frozenset()) -> None:
+        self.refuse = set(refuse)
+        self.odd = set(odd)
+        self.away = False
+        self.taken: list[str] = []
+
+    async def upsert(self, where: Dataset, writes: Iterable[Upsert]) -> dict[str, int]:
+        writes = list(writes)
+        if self.away:
+            raise ServerUnavailable("connection refused")
+        ids = {w.id for w in writes}
+        if ids & self.refuse:
+            raise ServerError(409, "tombstoned", "the record was deleted")
+        if ids & self.odd:
+            raise RecursionError("maximum recursion depth exceeded while encoding a JSON object")
+        self.taken += [w.id for w in writes]
+        return {w.id: 1 for w in writes}
+
+
+def locate(dataset: str) -> Dataset:
+    return Dataset("bao", "obj", dataset)
+
+
+async def test_refused_and_unsendable_writes_are_set_aside_and_the_rest_are_sent_in_order(
+    mirror: AsyncMirror,
+) -> None:
+    await queue(
+        mirror,
+        [
+            (RUNS, "r1", {"status": "ok"}),
+            (TRIGGERS, "gone", {"lastStatus": "ok"}),
+            (RUNS, "deep", {"status": "ok"}),
+            (RUNS, "r2", {"status": "ok"}),
+        ],
+    )
+    client = FakeClient(refuse={"gone"}, odd={"deep"})
+    result = await drain(mirror, client, locate, now=lambda: NOW + 5)  # type: ignore[arg-type]
+    assert result.error is None and result.set_aside == 2 and result.sent == 2
+    assert client.taken == ["r1", "r2"]
+    assert await mirror.call(Mirror.outbox_counts) == (0, 2)
+    aside = await mirror.call(lambda m: m.outbox_set_aside())
+    assert [(a.dataset, a.record_id, a.set_aside_at) for a in aside] == [
+        (TRIGGERS, "gone", NOW + 5),
+        (RUNS, "deep", NOW + 5),
+    ]
+    assert aside[0].error == "the server refused it: 409 tombstoned: the record was deleted"
+    assert aside[1].error.startswith("it cannot be sent: RecursionError: maximum recursion")
+    # Kept, and never sent again.
+    again = await drain(mirror, client, locate)  # type: ignore[arg-type]
+    assert (again.sent, again.set_aside, again.error) == (0, 0, None)
+    assert client.taken == ["r1", "r2"]
+    assert await mirror.call(lambda m: m.outbox_pending()) == []
+
+
+async def test_a_server_that_is_away_sets_nothing_aside(mirror: AsyncMirror) -> None:
+    await queue(mirror, [(RUNS, "r1", {"status": "ok"}), (RUNS, "r2", {"status": "ok"})])
+    client = FakeClient()
+    client.away = True
+    result = await drain(mirror, client, locate)  # type: ignore[arg-type]
+    assert result.error == "connection refused" and result.set_aside == 0
+    assert await mirror.call(Mirror.outbox_counts) == (2, 0)
+    client.away = False
+    result = await drain(mirror, client, locate)  # type: ignore[arg-type]
+    assert result.sent == 2 and client.taken == ["r1", "r2"]
+
+
+async def test_a_row_whose_text_no_longer_decodes_is_set_aside(mirror: AsyncMirror) -> None:
+    await queue(mirror, [(RUNS, "r1", {"status": "ok"})])
+    with sqlite3.connect(mirror.mirror.path) as conn:
+        conn.execute(
+            "INSERT INTO outbox (dataset, record_id, fields, created_at) "
+            "VALUES ('runs', 'torn', '{\"status\": \"o', 1.0)"
+        )
+    client = FakeClient()
+    result = await drain(mirror, client, locate)  # type: ignore[arg-type]
+    assert result.sent == 1 and client.taken == ["r1"]
+    assert await mirror.call(Mirror.outbox_counts) == (0, 1)
+    (aside,) = await mirror.call(lambda m: m.outbox_set_aside())
+    assert aside.record_id == "torn" and "not valid JSON" in aside.error
+
+
+async def test_text_the_client_cannot_encode_is_set_aside_against_a_real_server(
+    mirror: AsyncMirror, devserver_inprocess: DevServer
+) -> None:
+    # A lone surrogate (half an emoji, as JavaScript cuts strings) and a NaN: both are kept
+    # in the mirror as JSON text, and neither can go on the wire.
+    await queue(
+        mirror,
+        [
+            (RUNS, "before", {"triggerId": "t", "status": "ok"}),
+            (RUNS, "half-emoji", {"triggerId": "t", "title": "\ud800"}),
+            (RUNS, "nan", {"triggerId": "t", "durationMs": float("nan")}),
+            (RUNS, "after", {"triggerId": "t", "status": "ok"}),
+        ],
+    )
+    async with ServerClient(devserver_inprocess.url) as client:
+        places = await resolve_places(client, "bao")
+        where = {RUNS: places.runs, TRIGGERS: places.triggers}
+        result = await drain(mirror, client, where.get)
+        assert (result.error, result.set_aside, result.sent) == (None, 2, 2)
+        taken = await client.query_all(places.runs, filter={"triggerId": "t"})
+    assert sorted(r["id"] for r in taken) == ["after", "before"]
+    aside = await mirror.call(lambda m: m.outbox_set_aside())
+    assert [a.record_id for a in aside] == ["half-emoji", "nan"]
+    assert aside[0].error.startswith("it cannot be sent: UnicodeEncodeError")
+    assert aside[1].error.startswith("it cannot be sent: ValueError")
+
+
+def test_a_served_daemon_drains_past_a_write_it_cannot_send_and_says_so(
+    devserver: Any, tmp_path: Path
+) -> None:
+    serve = ServeProcess(tmp_path, devserver.url)
+    serve.start()  # makes the mirror, at head
+    assert serve.stop() == 0
+    mirror_path = serve.state / "anyrtd.sqlite3"
+    with sqlite3.connect(mirror_path) as conn:
+        # As a program's result would leave them before results were made valid: the first
+        # write can never be encoded, the second is an ordinary run record behind it.
+        conn.executemany(
+            "INSERT INTO outbox (dataset, record_id, fields, created_at) VALUES (?, ?, ?, ?)",
+            [
+                ("runs", "bad-run", '{"triggerId": "t-aside", "title": "\\ud800"}', NOW),
+                ("runs", "good-run", '{"triggerId": "t-aside", "status": "ok"}', NOW),
+            ],
+        )
+    serve.start()
+    try:
+        wait_until(
+            lambda: [r["id"] for r in server_runs(devserver.url, "t-aside")] == ["good-run"],
+            timeout=30,
+            what="the write behind the bad one to reach the server",
+        )
+
+        def set_aside_gauge() -> str | None:
+            with serve.http() as client:
+                text = client.get("/metrics").text
+            lines = [ln for ln in text.splitlines() if ln.startswith("anyrtd_outbox_")]
+            return "\n".join(lines) if "anyrtd_outbox_set_aside 1" in lines else None
+
+        gauges = wait_until(set_aside_gauge, timeout=30, what="the set-aside gauge")
+        assert "anyrtd_outbox_depth 0" in gauges
+        log = serve.log.read_text()
+        assert "set aside a write the server cannot take" in log and "bad-run" in log
+        env = {
+            **os.environ,
+            "ANYRTD_SERVER": devserver.url,
+            "ANYRTD_STATE_DIR": str(serve.state),
+            "ANYRTD_LISTEN": serve.listen,
+            "ANYRTD_CONFIG": str(serve.config),
+        }
+        doctor = subprocess.run(
+            [*anyrtd_command(), "doctor"], env=env, capture_output=True, text=True, timeout=60
+        )
+        (line,) = [ln for ln in doctor.stdout.splitlines() if "outbox" in ln.split()[:2]]
+        assert (
+            line.startswith("warn")
+            and "runs bad-run (it cannot be sent: UnicodeEncodeError" in line
+        )
+    finally:
+        serve.stop()
+    with sqlite3.connect(mirror_path) as conn:
+        kept = conn.execute(
+            "SELECT record_id FROM outbox WHERE set_aside_at IS NOT NULL"
+        ).fetchall()
+    assert kept == [("bad-run",)]
+
+
+def test_httpx_refuses_a_lone_surrogate() -> None:
+    """The premise of the tests above: the wire encoding cannot carry a lone surrogate."""
+    with pytest.raises(UnicodeEncodeError):
+        httpx.Request("POST", "http://127.0.0.1/", json={"title": "\ud800"})
