@@ -86,6 +86,8 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
         self._drain_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
+        self.hurry = asyncio.Event()
+        """Set (a second stop signal) to interrupt the runs in flight without waiting the grace."""
         self.unit = Unit(self.records, on_outbox=self._outbox_kick.set)  # the stages, in order
         self.fence = Fence.of(config)
         self.sync_stage = Sync(
@@ -221,11 +223,10 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
                 await task
         self._tasks = []
         await self.chat.stop()
-        runs = self.firing.in_flight
-        if runs:
-            log.info("waiting up to %.1fs for %d runs", self.config.grace_s, len(runs))
-            _, pending = await asyncio.wait(set(runs), timeout=self.config.grace_s)
-            if pending:
+        if runs := self.firing.in_flight:
+            grace = self.config.grace_s
+            log.info("waiting up to %.1fs for %d runs (stop again: now)", grace, len(runs))
+            if pending := await self.firing.settle(grace, self.hurry):
                 log.warning("interrupting %d runs still in flight", len(pending))
                 await self.runner.interrupt_all()
                 await asyncio.wait(pending, timeout=10.0)

@@ -122,9 +122,11 @@ async def run_dev(
     sample: bool,
     stop: asyncio.Event,
     ready: Callable[[DevReady], None],
+    hurry: asyncio.Event | None = None,
 ) -> None:
-    """Run the devserver, the daemon and the control API until `stop` is set; call `ready`
-    with what runs where once everything answers."""
+    """Run the devserver, the daemon and the control API until `stop` is set (and, once
+    `hurry` is set, interrupt the runs in flight); call `ready` with what runs where once
+    everything answers."""
     try:
         hold_state_dir(config.state_dir)  # before anything is opened: one daemon per mirror
     except StateDirError as exc:
@@ -143,6 +145,8 @@ async def run_dev(
             new_id, new_exists = await _free_id(Records(client, config.space), "hello")
         try:
             daemon, control = await start_daemon(config)
+            if hurry is not None:
+                daemon.hurry = hurry
         except StartError as exc:
             raise DevError(str(exc)) from None
         try:

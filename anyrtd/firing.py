@@ -79,6 +79,23 @@ class Firing:
         self.in_flight: set[asyncio.Task[None]] = set()
         """The tasks of the runs started and not yet recorded."""
 
+    async def settle(self, grace_s: float, hurry: asyncio.Event) -> set[asyncio.Task[Any]]:
+        """Wait up to `grace_s` for the runs in flight, or until `hurry` is set; return the
+        runs still in flight."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_s
+        pending: set[asyncio.Task[Any]] = set(self.in_flight)
+        cut = asyncio.create_task(hurry.wait())
+        try:
+            while pending and not hurry.is_set() and (left := deadline - loop.time()) > 0:
+                _, pending = await asyncio.wait(
+                    pending | {cut}, timeout=left, return_when=asyncio.FIRST_COMPLETED
+                )
+                pending.discard(cut)
+        finally:
+            cut.cancel()
+        return pending
+
     async def wait_idle(self) -> None:
         """Return once no run is in flight (runs started meanwhile are waited for too)."""
         while self.in_flight:

@@ -110,6 +110,22 @@ async def start_daemon(config: Config) -> tuple[Daemon, ControlServer]:
     return daemon, control
 
 
+def on_stop_signals(
+    loop: asyncio.AbstractEventLoop, stop: asyncio.Event, hurry: asyncio.Event
+) -> None:
+    """Set `stop` on SIGTERM or SIGINT, and `hurry` on a second one (stop at once, runs in
+    flight recorded `interrupted`), as a second Ctrl-C does in most programs."""
+
+    def on_signal() -> None:
+        if stop.is_set() and not hurry.is_set():
+            log.warning("a second stop signal: interrupting the runs in flight now")
+            hurry.set()
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal)
+
+
 async def serve(
     config: Config,
     *,
@@ -136,8 +152,7 @@ async def serve(
     daemon, control = await start_daemon(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    on_stop_signals(loop, stop, daemon.hurry)
     if reload is not None:
         loop.add_signal_handler(signal.SIGHUP, lambda: _reload(daemon, notifier, reload))
     notifier.ready(status_line(daemon))

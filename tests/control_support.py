@@ -28,6 +28,7 @@ class ServeProcess:
         listen: str | None = None,
         config_lines: tuple[str, ...] = (),
         name: str = "serve",
+        grace_s: float = 1.0,
     ) -> None:
         self.tmp = tmp
         self.server_url = server_url
@@ -35,7 +36,8 @@ class ServeProcess:
         self.log = tmp / f"{name}.log"
         self.config = tmp / f"{name}.toml"
         self.requested = listen or f"unix:{tmp / f'{name}.sock'}"
-        self.config.write_text("grace_s = 1.0\n" + "".join(f"{line}\n" for line in config_lines))
+        lines = (f"grace_s = {grace_s}", *config_lines)
+        self.config.write_text("".join(f"{line}\n" for line in lines))
         self.listen = ""
         self.proc: subprocess.Popen[bytes] | None = None
 

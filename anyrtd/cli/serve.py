@@ -234,13 +234,12 @@ def dev(port: int, tick_s: str | None, no_sample: bool, log_level: str) -> None:
         click.echo(how_to(what, invoked))
 
     async def main() -> None:
-        import signal
 
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        await run_dev(config, port=port, sample=not no_sample, stop=stop, ready=ready)
+        from anyrtd.serve import on_stop_signals
+
+        stop, hurry = asyncio.Event(), asyncio.Event()
+        on_stop_signals(asyncio.get_running_loop(), stop, hurry)
+        await run_dev(config, port=port, sample=not no_sample, stop=stop, hurry=hurry, ready=ready)
 
     try:
         asyncio.run(main())
