@@ -36,6 +36,10 @@ from anyrtd.vocab import Kind, RollupField, RunStatus, Verdict
 
 log = logging.getLogger("anyrtd.daemon")
 
+CLOCK_STEP_TOLERANCE_S = 1.0
+"""How far the wall clock may fall behind the monotonic clock between two looks before the
+recurring entries are re-armed from the new wall time (docs/schedule.md)."""
+
 Start = tuple[Entry, RunRow, dict[str, Any]]
 """A prepared run: the entry it fires, its open row, and the program's args."""
 
@@ -78,6 +82,8 @@ class Firing:
         self.clock = clock
         self.in_flight: set[asyncio.Task[None]] = set()
         """The tasks of the runs started and not yet recorded."""
+        self._clock_mark: tuple[float, float] | None = None
+        """(wall, monotonic) at the last look, to notice a wall clock stepped back."""
 
     async def settle(self, grace_s: float, hurry: asyncio.Event) -> set[asyncio.Task[Any]]:
         """Wait up to `grace_s` for the runs in flight, or until `hurry` is set; return the
@@ -103,6 +109,28 @@ class Firing:
 
     # firing
 
+    def watch_clock(self) -> float:
+        """Re-arm every recurring entry from now when the wall clock stepped back by more
+        than the tolerance since the last look (its advance against the monotonic clock's);
+        return the size of the step (0.0: none)."""
+        wall, mono = self.clock.now(), self.clock.monotonic()
+        mark, self._clock_mark = self._clock_mark, (wall, mono)
+        if mark is None:
+            return 0.0
+        step = (mono - mark[1]) - (wall - mark[0])
+        if step <= CLOCK_STEP_TOLERANCE_S:
+            return 0.0
+        moved = [e for e in self.registry.entries.values() if self.registry.pull_back(e, wall)]
+        for entry in moved:
+            self.unit.save(entry.row)
+        log.warning(
+            "the wall clock stepped back %.1f s: %d recurring triggers re-armed from %s",
+            step,
+            len(moved),
+            iso_time(wall),
+        )
+        return step
+
     async def fire_due(self, now: float, device: str | None, verdict: str) -> list[str]:
         """Fire every entry due at or before `now`; return the run ids started.
 
@@ -112,6 +140,7 @@ class Firing:
         collector waits while a batch is prepared and while it is started: a full collection
         in the middle of a burst would hold up every program after it.
         """
+        self.watch_clock()
         due = self.registry.pop_due(now)
         if not due:
             return []
@@ -185,6 +214,15 @@ class Firing:
                     self.stats.overlap_by_trigger[defn.id] += 1
                     log.info(
                         "skipped %s at %s: the previous run is still running",
+                        defn.id,
+                        iso_time(due),
+                        extra={"trigger": defn.id},
+                    )
+                    return None
+                if self.registry.refire(defn.id, due):
+                    log.info(
+                        "not firing %s at %s again: that occurrence already ran "
+                        "(the wall clock stepped back)",
                         defn.id,
                         iso_time(due),
                         extra={"trigger": defn.id},
