@@ -40,6 +40,22 @@ CLOCK_STEP_TOLERANCE_S = 1.0
 """How far the wall clock may fall behind the monotonic clock between two looks before the
 recurring entries are re-armed from the new wall time (docs/schedule.md)."""
 
+MAX_MANUAL_RUNS = 16
+"""How many manual runs (`POST /triggers/:id/run`) may be in flight at once on one daemon;
+one more is refused with `TooManyRuns` (the control API's 429, docs/control-api.md)."""
+
+
+class TooManyRuns(Exception):
+    """A manual run refused: `MAX_MANUAL_RUNS` are in flight already."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"{limit} manual runs are already in flight on this daemon (the most it starts "
+            "at once): wait for one to end, then run it again"
+        )
+        self.limit = limit
+
+
 Start = tuple[Entry, RunRow, dict[str, Any]]
 """A prepared run: the entry it fires, its open row, and the program's args."""
 
@@ -82,6 +98,8 @@ class Firing:
         self.clock = clock
         self.in_flight: set[asyncio.Task[None]] = set()
         """The tasks of the runs started and not yet recorded."""
+        self.manual_runs = 0
+        """Manual runs in flight, or being prepared (at most `MAX_MANUAL_RUNS`)."""
         self._clock_mark: tuple[float, float] | None = None
         """(wall, monotonic) at the last look, to notice a wall clock stepped back."""
 
@@ -166,17 +184,31 @@ class Firing:
         return [row.run_id for _, row, _ in starts]
 
     async def run_now(self, trigger_id: str, device: str | None, verdict: str) -> str | None:
-        """Run a registry entry now, outside its schedule; return the run id."""
+        """Run a registry entry now, outside its schedule; return the run id. Raise
+        `TooManyRuns` when `MAX_MANUAL_RUNS` manual runs are in flight already."""
         entry = self.registry.get(trigger_id)
         if entry is None:
             return None
-        now = self.clock.now()
-        start = self.prepare(entry, None, now, device, verdict)
-        if start is None:
-            return None
-        await self.unit.commit(now)
-        self.spawn(*start)
-        return start[1].run_id
+        if self.manual_runs >= MAX_MANUAL_RUNS:
+            raise TooManyRuns(MAX_MANUAL_RUNS)
+        self.manual_runs += 1  # the slot is held from here: the commit below awaits
+        task: asyncio.Task[None] | None = None
+        try:
+            now = self.clock.now()
+            start = self.prepare(entry, None, now, device, verdict)
+            if start is None:
+                return None
+            await self.unit.commit(now)
+            task = self.spawn(*start)
+            return start[1].run_id
+        finally:
+            if task is None:
+                self.manual_runs -= 1
+            else:
+                task.add_done_callback(self._manual_ended)
+
+    def _manual_ended(self, _task: asyncio.Task[None]) -> None:
+        self.manual_runs -= 1
 
     async def fire_event(
         self, entry: Entry, message: ChatMessage, now: float, device: str | None, verdict: str
@@ -453,4 +485,4 @@ def _with_line(output: str, line: str) -> str:
     return output + line
 
 
-__all__ = ["Firing", "Start", "new_run_id"]
+__all__ = ["MAX_MANUAL_RUNS", "Firing", "Start", "TooManyRuns", "new_run_id"]
