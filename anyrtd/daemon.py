@@ -178,7 +178,7 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
         self._reconciled_as = (snap.meta.get("verdict"), snap.meta.get("peer_id"))
         self.sync_stage.restore(snap.meta, snap.tombstones)
         await self.sync_stage.load(db)
-        self.apply.restore(snap.entries, now)
+        self.apply.restore(snap.entries, now, snap.last_fired)
         # Before anything fires: close what a crash left running.
         await self.firing.close_interrupted(await self.db_call(Mirror.open_runs), now)
         await self.unit.commit(now)
@@ -366,6 +366,7 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
         await self.tick()
 
     async def _timer_loop(self) -> None:
+        self.firing.watch_clock()
         due = self.registry.next_due()
         now = self.clock.now()
         if due is not None and due <= now:
