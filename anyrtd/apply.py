@@ -8,7 +8,7 @@ those owes (entry rows, owner stamps, markers) in the step's unit of work.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
 from anyrtd.claims import Fence
@@ -63,8 +63,14 @@ class Apply:
         """Claimed entries waiting for their stamp to come back: reconciled every tick."""
         self._malformed_logged: dict[str, int | None] = {}
 
-    def restore(self, rows: Iterable[EntryRow], now: float) -> None:
-        """Put the mirror's entry rows back in the registry; evict those without a record."""
+    def restore(
+        self, rows: Iterable[EntryRow], now: float, last_fired: Mapping[str, float] = {}
+    ) -> None:
+        """Put the mirror's entry rows back in the registry; evict those without a record.
+
+        A recurring entry whose stored next fire is further ahead than its schedule allows
+        from `now` (armed under a wall clock since stepped back) is re-armed from `now`; the
+        last occurrence each fired (`last_fired`) is not fired again."""
         for row in rows:
             defn = self.records.parsed.get(row.trigger_id)
             if not isinstance(defn, TriggerDef):
@@ -87,6 +93,7 @@ class Apply:
             if row.claimed_at is not None:
                 self.unconfirmed.add(entry.id)
             self.registry.put(entry)
+            stored = row.next_fire
             missed = defn.kind == Kind.CRON and (row.next_fire is None or row.next_fire <= now)
             if missed or (defn.kind == Kind.ONCE and not row.consumed):
                 # A missed cron occurrence does not exist: re-arm strictly forward, no burst,
@@ -95,6 +102,17 @@ class Apply:
                 self.registry.arm(entry, now)
                 if row.next_fire != before:
                     self.unit.save(row)
+            elif self.registry.pull_back(entry, now):
+                log.warning(
+                    "%s was armed %.0f s ahead of its schedule (the wall clock stepped back): "
+                    "re-armed from now",
+                    defn.id,
+                    (stored or now) - (row.next_fire or now),
+                    extra={"trigger": defn.id},
+                )
+                self.unit.save(row)
+            if defn.kind == Kind.CRON and (at := last_fired.get(defn.id)) is not None:
+                self.registry.last_fired[defn.id] = at
 
     def reconcile(self, ids: Iterable[str], now: float, verdict: str, peer_id: str) -> None:
         """Reconcile `ids` and apply the plan."""

@@ -78,7 +78,7 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
         self.last_tick_mono: float | None = None
         self.outbox_depth = 0
         self.runs_today = 0
-        self._last_verdict: str | None = None
+        self._reconciled_as: tuple[str | None, str | None] = (None, None)  # (verdict, peer id)
         self._dirty: set[str] = set()
         self._wake = asyncio.Event()
         self._rearm = asyncio.Event()
@@ -174,12 +174,11 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
         await db.call(lambda m: m.ensure_schema(create=True))
         snap = await db.call(Mirror.snapshot)
         now = self.clock.now()
-        # The mirror holds the outcome of a whole reconcile under this verdict: a restart
-        # under the same verdict needs to reconcile only what changes from here on.
-        self._last_verdict = snap.meta.get("verdict")
+        # The mirror holds a whole reconcile under this verdict and peer id: changes only now.
+        self._reconciled_as = (snap.meta.get("verdict"), snap.meta.get("peer_id"))
         self.sync_stage.restore(snap.meta, snap.tombstones)
         await self.sync_stage.load(db)
-        self.apply.restore(snap.entries, now)
+        self.apply.restore(snap.entries, now, snap.last_fired)
         # Before anything fires: close what a crash left running.
         await self.firing.close_interrupted(await self.db_call(Mirror.open_runs), now)
         await self.unit.commit(now)
@@ -281,10 +280,10 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
         self._dirty |= self.sync_stage.apply_buffered()
         verdict = self.gate.verdict
         if self.fence.follow(verdict == Verdict.ACTIVE, self.gate.term, now):
-            self._last_verdict = None  # claiming may start or resume: reconcile every record
+            self._reconciled_as = (None, None)  # claiming may start or resume: reconcile all
         ids: set[str]
-        if verdict != self._last_verdict:
-            self._last_verdict = verdict
+        if (verdict, self.peer_id) != self._reconciled_as:
+            self._reconciled_as = (verdict, self.peer_id)
             self.unit.meta({"verdict": verdict})
             ids = set(self.records.ids()) | set(self.registry.entries)
             self._dirty.clear()
@@ -316,7 +315,7 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
         now = self.clock.now()
         sync = self.sync_stage
         if not sync.resolved:
-            await sync.resolve(now)
+            await sync.resolve(now, self.gate.self_id)
             if not sync.resolved:
                 return 0
         if sync.full_read_due(now, self.config.full_resync_s):
@@ -367,6 +366,7 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
         await self.tick()
 
     async def _timer_loop(self) -> None:
+        self.firing.watch_clock()
         due = self.registry.next_due()
         now = self.clock.now()
         if due is not None and due <= now:
@@ -390,8 +390,8 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
     async def _election_loop(self) -> None:
         await asyncio.sleep(self.gate.poll_interval_s or 60.0)
         before = self.gate.verdict
-        if await self.gate.poll() != before:
-            self._wake.set()  # the next tick reconciles every id under the new verdict
+        if any([await self.gate.poll() != before, self.sync_stage.follow(self.gate.self_id)]):
+            self._wake.set()  # a new verdict or peer id (both read): the next tick reconciles all
 
     async def _outbox_loop(self) -> None:
         with contextlib.suppress(TimeoutError):
@@ -426,6 +426,8 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
         return cast(RunRow | None, await self.db_call(lambda m: m.run(run_id)))
 
     def health(self) -> Health:
+        reach, registry = self.client.reach, self.gate.degraded  # an unreachable server says all
+        registry_reasons = (registry,) if registry and reach.unreachable_since is None else ()
         return Health(
             now=self.clock.now(),
             last_tick_at=self.last_tick_at,
@@ -436,7 +438,7 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
             triggers=len(self.registry),
             server_resolved=self.places is not None,
             last_error=self.stats.last_error,
-            degraded=tuple(server_reasons(self.client.reach, self.outbox_depth)),
+            degraded=(*server_reasons(reach, self.outbox_depth), *registry_reasons),
             state_dir=str(self.config.state_dir),
         )
 

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import platform
 import socket
+import time
 from typing import Any, Protocol
 
 from anyrtd import __version__
@@ -52,6 +53,16 @@ class Gate(Protocol):
         """Return the `GET /election` body."""
         ...
 
+    @property
+    def self_id(self) -> str | None:
+        """This device's peer id as the registry's `self` last said it; None when not known."""
+        ...
+
+    @property
+    def degraded(self) -> str | None:
+        """Why the registry is not doing its part while it fails; None when it is fine or absent."""
+        ...
+
 
 class AlwaysActive:
     """Single-device behaviour (the seeds' Degrade): the gate is always active."""
@@ -73,6 +84,14 @@ class AlwaysActive:
 
     async def poll(self) -> Verdict:
         return Verdict.ACTIVE
+
+    @property
+    def self_id(self) -> str | None:
+        return None
+
+    @property
+    def degraded(self) -> str | None:
+        return None
 
     def describe(self, peer_id: str | None) -> dict[str, Any]:
         return {
@@ -124,6 +143,8 @@ class Election:
         self._verdict: Verdict = Verdict.STANDBY
         self._recorded_winner: str | None = None
         self._failing: str | None = None
+        self._failing_since: float | None = None
+        self._boot_failure: str | None = None
 
     # the Gate
 
@@ -138,6 +159,20 @@ class Election:
     @property
     def term(self) -> Term | None:
         return self._term if self.enabled else None
+
+    @property
+    def self_id(self) -> str | None:
+        return self.peer_id if self.enabled else None
+
+    @property
+    def degraded(self) -> str | None:
+        if self._boot_failure is not None:
+            failure = self._boot_failure
+            return f"devices registry unavailable at boot ({failure}): single-device mode"
+        if self._failing is not None and self._failing_since is not None:
+            since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self._failing_since))
+            return f"devices registry unavailable since {since}: keeping verdict {self._verdict}"
+        return None
 
     def describe(self, peer_id: str | None) -> dict[str, Any]:
         me = peer_id or self.peer_id
@@ -176,7 +211,8 @@ class Election:
                 # Real time on purpose: this waits on the server, not on the schedule.
                 await asyncio.sleep(self.retry_s)
         if last is not None:
-            self._disable(f"registration failed {self.boot_tries} times (last: {last})")
+            self._boot_failure = f"registration failed {self.boot_tries} times (last: {last})"
+            self._disable(self._boot_failure)
             return
         await self.poll(boot=True)
 
@@ -197,7 +233,7 @@ class Election:
             return self.verdict
         if self._failing is not None:
             log.info("the devices registry answers again; verdict %s", self._verdict)
-            self._failing = None
+            self._failing = self._failing_since = None
         self.last_poll_at = self.clock.now()
         return self.verdict
 
@@ -207,6 +243,9 @@ class Election:
         if me and me != self.peer_id:
             if self.peer_id is not None:
                 log.info("this device's peer id changed from %s to %s", self.peer_id, me)
+                if self._recorded_winner == self.peer_id:
+                    # A fresh init: the old row was this device, not a winner that went away.
+                    self._recorded_winner = None
             self.peer_id = me
         row = view.row(me)
         if row is not None and row.deleted:
@@ -288,6 +327,7 @@ class Election:
         text = f"{exc.__class__.__name__}: {exc}"
         if self._failing is None:
             log.warning("devices registry read failed (%s); keeping verdict %s", text, self.verdict)
+            self._failing_since = self.clock.now()
         self._failing = text
 
 

@@ -36,6 +36,26 @@ from anyrtd.vocab import Kind, RollupField, RunStatus, Verdict
 
 log = logging.getLogger("anyrtd.daemon")
 
+CLOCK_STEP_TOLERANCE_S = 1.0
+"""How far the wall clock may fall behind the monotonic clock between two looks before the
+recurring entries are re-armed from the new wall time (docs/schedule.md)."""
+
+MAX_MANUAL_RUNS = 16
+"""How many manual runs (`POST /triggers/:id/run`) may be in flight at once on one daemon;
+one more is refused with `TooManyRuns` (the control API's 429, docs/control-api.md)."""
+
+
+class TooManyRuns(Exception):
+    """A manual run refused: `MAX_MANUAL_RUNS` are in flight already."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"{limit} manual runs are already in flight on this daemon (the most it starts "
+            "at once): wait for one to end, then run it again"
+        )
+        self.limit = limit
+
+
 Start = tuple[Entry, RunRow, dict[str, Any]]
 """A prepared run: the entry it fires, its open row, and the program's args."""
 
@@ -78,6 +98,10 @@ class Firing:
         self.clock = clock
         self.in_flight: set[asyncio.Task[None]] = set()
         """The tasks of the runs started and not yet recorded."""
+        self.manual_runs = 0
+        """Manual runs in flight, or being prepared (at most `MAX_MANUAL_RUNS`)."""
+        self._clock_mark: tuple[float, float] | None = None
+        """(wall, monotonic) at the last look, to notice a wall clock stepped back."""
 
     async def settle(self, grace_s: float, hurry: asyncio.Event) -> set[asyncio.Task[Any]]:
         """Wait up to `grace_s` for the runs in flight, or until `hurry` is set; return the
@@ -103,6 +127,28 @@ class Firing:
 
     # firing
 
+    def watch_clock(self) -> float:
+        """Re-arm every recurring entry from now when the wall clock stepped back by more
+        than the tolerance since the last look (its advance against the monotonic clock's);
+        return the size of the step (0.0: none)."""
+        wall, mono = self.clock.now(), self.clock.monotonic()
+        mark, self._clock_mark = self._clock_mark, (wall, mono)
+        if mark is None:
+            return 0.0
+        step = (mono - mark[1]) - (wall - mark[0])
+        if step <= CLOCK_STEP_TOLERANCE_S:
+            return 0.0
+        moved = [e for e in self.registry.entries.values() if self.registry.pull_back(e, wall)]
+        for entry in moved:
+            self.unit.save(entry.row)
+        log.warning(
+            "the wall clock stepped back %.1f s: %d recurring triggers re-armed from %s",
+            step,
+            len(moved),
+            iso_time(wall),
+        )
+        return step
+
     async def fire_due(self, now: float, device: str | None, verdict: str) -> list[str]:
         """Fire every entry due at or before `now`; return the run ids started.
 
@@ -112,6 +158,7 @@ class Firing:
         collector waits while a batch is prepared and while it is started: a full collection
         in the middle of a burst would hold up every program after it.
         """
+        self.watch_clock()
         due = self.registry.pop_due(now)
         if not due:
             return []
@@ -137,17 +184,31 @@ class Firing:
         return [row.run_id for _, row, _ in starts]
 
     async def run_now(self, trigger_id: str, device: str | None, verdict: str) -> str | None:
-        """Run a registry entry now, outside its schedule; return the run id."""
+        """Run a registry entry now, outside its schedule; return the run id. Raise
+        `TooManyRuns` when `MAX_MANUAL_RUNS` manual runs are in flight already."""
         entry = self.registry.get(trigger_id)
         if entry is None:
             return None
-        now = self.clock.now()
-        start = self.prepare(entry, None, now, device, verdict)
-        if start is None:
-            return None
-        await self.unit.commit(now)
-        self.spawn(*start)
-        return start[1].run_id
+        if self.manual_runs >= MAX_MANUAL_RUNS:
+            raise TooManyRuns(MAX_MANUAL_RUNS)
+        self.manual_runs += 1  # the slot is held from here: the commit below awaits
+        task: asyncio.Task[None] | None = None
+        try:
+            now = self.clock.now()
+            start = self.prepare(entry, None, now, device, verdict)
+            if start is None:
+                return None
+            await self.unit.commit(now)
+            task = self.spawn(*start)
+            return start[1].run_id
+        finally:
+            if task is None:
+                self.manual_runs -= 1
+            else:
+                task.add_done_callback(self._manual_ended)
+
+    def _manual_ended(self, _task: asyncio.Task[None]) -> None:
+        self.manual_runs -= 1
 
     async def fire_event(
         self, entry: Entry, message: ChatMessage, now: float, device: str | None, verdict: str
@@ -185,6 +246,15 @@ class Firing:
                     self.stats.overlap_by_trigger[defn.id] += 1
                     log.info(
                         "skipped %s at %s: the previous run is still running",
+                        defn.id,
+                        iso_time(due),
+                        extra={"trigger": defn.id},
+                    )
+                    return None
+                if self.registry.refire(defn.id, due):
+                    log.info(
+                        "not firing %s at %s again: that occurrence already ran "
+                        "(the wall clock stepped back)",
                         defn.id,
                         iso_time(due),
                         extra={"trigger": defn.id},
@@ -415,4 +485,4 @@ def _with_line(output: str, line: str) -> str:
     return output + line
 
 
-__all__ = ["Firing", "Start", "new_run_id"]
+__all__ = ["MAX_MANUAL_RUNS", "Firing", "Start", "TooManyRuns", "new_run_id"]

@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
@@ -169,6 +169,8 @@ class Snapshot:
     entries: list[EntryRow]
     tombstones: set[str]
     meta: dict[str, str]
+    last_fired: dict[str, float] = field(default_factory=dict)
+    """The latest scheduledAt run of each trigger (recurring ones are not fired there again)."""
 
 
 def _dumps(value: Any) -> str:
@@ -358,7 +360,14 @@ class Mirror:
             entries = [_entry(r) for r in conn.execute(select(entries_table))]
             tombs = {r.id for r in conn.execute(select(tombstones_table.c.id))}
             meta = {r.key: r.value for r in conn.execute(select(meta_table))}
-        return Snapshot(entries, tombs, meta)
+            latest = func.max(runs_table.c.scheduled_at)
+            fired = conn.execute(
+                select(runs_table.c.trigger_id, latest)
+                .where(runs_table.c.scheduled_at.is_not(None), runs_table.c.trigger_id.is_not(None))
+                .group_by(runs_table.c.trigger_id)
+            )
+            last_fired = {tid: at for tid, at in fired}
+        return Snapshot(entries, tombs, meta, last_fired)
 
     def record_texts(self, after: str = "", limit: int = 5000) -> list[tuple[str, str]]:
         """Return a page of (id, record JSON text) with ids after `after`, in id order."""

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from anyrtd.client import Reach
+from anyrtd.firing import TooManyRuns
 from anyrtd.history import TRIGGER_RUNS, RunHistory
 from anyrtd.metrics import Stats
 from anyrtd.model import Malformed, TriggerDef
@@ -154,8 +155,17 @@ class Port(Protocol):
         ...
 
     async def run_now(self, trigger_id: str) -> str | None:
-        """Run a registry entry now, outside its schedule; return the run id."""
+        """Run a registry entry now, outside its schedule; return the run id. Raise
+        `TooManyRuns` when too many manual runs are in flight already."""
         ...
 
 
-__all__ = ["Health", "Metrics", "Port", "TriggerFacts", "Triggers", "server_reasons"]
+__all__ = [
+    "Health",
+    "Metrics",
+    "Port",
+    "TooManyRuns",
+    "TriggerFacts",
+    "Triggers",
+    "server_reasons",
+]

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from anyrtd.model import TriggerDef, health_marker, once_at
 from anyrtd.rows import EntryRow
 from anyrtd.schedule import once_due
+from anyrtd.vocab import Kind
 
 
 @dataclass(slots=True)
@@ -65,6 +66,10 @@ class Registry:
     entries: dict[str, Entry] = field(default_factory=dict)
     events: set[str] = field(default_factory=set)
     """Ids of the event entries, so a chat message is matched without a scan of them all."""
+    last_fired: dict[str, float] = field(default_factory=dict)
+    """The scheduledAt of each recurring entry's last fired occurrence: a wall clock stepped
+    back re-arms the entries from the new time, and this keeps that occurrence from firing
+    twice."""
     _heap: list[tuple[float, str]] = field(default_factory=list)
 
     def __len__(self) -> int:
@@ -87,12 +92,36 @@ class Registry:
     def remove(self, trigger_id: str) -> Entry | None:
         # The heap keeps a stale item; `pop_due` drops it because the entry is gone.
         self.events.discard(trigger_id)
+        self.last_fired.pop(trigger_id, None)
         return self.entries.pop(trigger_id, None)
 
     def arm(self, entry: Entry, after: float) -> None:
         """Compute the entry's next fire strictly forward of `after` and schedule it."""
         entry.row.next_fire = next_fire(entry, after)
         self.schedule(entry)
+
+    def pull_back(self, entry: Entry, now: float) -> bool:
+        """Re-arm a recurring `entry` from `now` when its next fire is further ahead than its
+        schedule allows from `now` (armed under a wall clock since stepped back); return
+        whether it moved."""
+        if entry.defn.kind != Kind.CRON or entry.row.next_fire is None:
+            return False
+        if entry.row.armed_at > now:  # an every_s grid anchored under the later clock
+            entry.row.armed_at = now
+        fresh = next_fire(entry, now)
+        if fresh is None or fresh >= entry.row.next_fire:
+            return False
+        entry.row.next_fire = fresh
+        self.schedule(entry)
+        return True
+
+    def refire(self, trigger_id: str, due: float) -> bool:
+        """Return whether the occurrence `due` of `trigger_id` is the one it last fired;
+        else note it as the last fired."""
+        if self.last_fired.get(trigger_id) == due:
+            return True
+        self.last_fired[trigger_id] = due
+        return False
 
     def schedule(self, entry: Entry) -> None:
         if entry.row.next_fire is not None:

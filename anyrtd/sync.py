@@ -23,7 +23,7 @@ from anyrtd.outbox import TRIGGERS
 from anyrtd.places import Places, resolve_places
 from anyrtd.records import RecordCache
 from anyrtd.unit import Unit
-from anyrtd.vocab import is_stamp, stamp
+from anyrtd.vocab import Verdict, is_stamp, stamp
 
 log = logging.getLogger("anyrtd.daemon")
 
@@ -61,8 +61,16 @@ class Sync:
         """Notes the claims' tokens and the replication lag (anyrtd/claims.py), when set."""
 
     def restore(self, meta: Mapping[str, str], tombstones: Iterable[str]) -> None:
-        """Take the peer id, places, cursor and tombstones the mirror kept."""
-        self.peer_id = meta.get("peer_id")
+        """Take the peer id, places, cursor and tombstones the mirror kept.
+
+        Another process's `anyrt-<pid>` stamp is not this process's identity (every reader
+        treats it as unassigned), and a peer id the registry had pruned is nobody's: this
+        process starts from its own stamp instead.
+        """
+        peer = meta.get("peer_id")
+        if (is_stamp(peer) and peer != stamp(os.getpid())) or meta.get("verdict") == Verdict.PRUNED:
+            peer = stamp(os.getpid())
+        self.peer_id = peer
         self.places = Places.from_meta(meta)
         cursor = meta.get("cursor")
         self.cursor = int(cursor) if cursor is not None else None
@@ -83,10 +91,11 @@ class Sync:
 
     # reading
 
-    async def resolve(self, now: float) -> None:
-        """Resolve the places and the peer id; note when the server stops or starts answering."""
+    async def resolve(self, now: float, self_id: str | None = None) -> None:
+        """Resolve the places and the peer id (`self_id`: the election's, when it knows it);
+        note when the server stops or starts answering."""
         try:
-            places, peer = await self._resolve()
+            places, peer = await self._resolve(self_id)
         except (ServerUnavailable, ServerError) as exc:
             self.stats.last_error = f"server: {exc}"
             if not self._server_away:
@@ -102,15 +111,33 @@ class Sync:
         self.places, self.peer_id = places, peer
         self.unit.meta({**places.to_meta(), "peer_id": peer})
 
-    async def _resolve(self) -> tuple[Places, str]:
+    async def _resolve(self, self_id: str | None) -> tuple[Places, str]:
         places = await resolve_places(self.client, self.space)
-        devices = await self.client.devices()
-        peer = devices.self_id if devices is not None and devices.self_id else None
-        if peer is None:
-            peer = self.peer_id if self.peer_id and is_stamp(self.peer_id) else None
-        if peer is None:
-            peer = stamp(os.getpid())
-        return places, peer
+        return places, self_id or await self._own_peer()
+
+    async def _own_peer(self) -> str:
+        """The registry's `self`; while the registry fails (5xx, though the places just
+        resolved), the peer id the mirror remembers from it; else (no registry, or nothing
+        remembered) this process's stamp."""
+        try:
+            devices = await self.client.devices()
+        except ServerUnavailable:
+            if self.peer_id and not is_stamp(self.peer_id):
+                return self.peer_id
+        else:
+            if devices is not None and devices.self_id:
+                return devices.self_id
+        return stamp(os.getpid())
+
+    def follow(self, self_id: str | None) -> bool:
+        """Take the registry's `self` as this device's peer id once it changes (a fresh init);
+        return whether it changed."""
+        if not self.resolved or not self_id or self_id == self.peer_id:
+            return False
+        log.info("this device's peer id is now %s (was %s)", self_id, self.peer_id)
+        self.peer_id = self_id
+        self.unit.meta({"peer_id": self_id})
+        return True
 
     def full_read_due(self, now: float, full_resync_s: float) -> bool:
         """Return whether the next step re-reads every record."""

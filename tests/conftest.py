@@ -235,6 +235,7 @@ PROCESS_MODULES = frozenset(
         "test_control_process",
         "test_dev",
         "test_devserver_cli",
+        "test_identity_serve",
         "test_leftover_groups",
         "test_multi_device_serve",
         "test_outage",

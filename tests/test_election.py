@@ -221,3 +221,45 @@ async def test_a_fresh_init_registers_the_new_peer_and_takes_over_once_the_old_i
         (await http.delete(f"/v1/devices/{old}")).raise_for_status()
     assert await e1.poll() == "active"
     assert e1.winner == fresh
+
+
+async def test_a_fresh_init_after_its_row_was_pruned_stands_by_behind_a_live_winner(
+    devices: Devices,
+) -> None:
+    e1, e2 = devices.election(1), devices.election(2)
+    await e1.boot()
+    await e2.boot()
+    await devices.prune(1)
+    assert await e2.poll() == "active"
+    assert await e1.poll() == "pruned"
+    fresh = (await devices.admin("/_dev/reinit", {"device": 1}))["peerId"]
+    # The pruned row was this device, not a winner that went away: nothing to take over.
+    assert await e1.poll() == "standby"
+    assert await e1.poll() == "standby"
+    assert (e1.self_id, e1.winner) == (fresh, devices.peer(2))
+    assert await e2.poll() == "active"
+
+
+async def test_degraded_names_a_failing_registry_and_clears_when_it_answers(
+    devices: Devices,
+) -> None:
+    await devices.admin("/_dev/faults", {"device": 1, "devices": "missing"})
+    await devices.admin("/_dev/faults", {"device": 2, "devices": "error"})
+    absent, failing, e3 = (
+        devices.election(1),
+        devices.election(2, boot_tries=2, retry_s=0.01),
+        devices.election(3),
+    )
+    await absent.boot()
+    await failing.boot()
+    await e3.boot()
+    assert absent.degraded is None and absent.self_id is None  # no registry is not a failure
+    assert failing.self_id is None
+    assert "single-device mode" in (failing.degraded or "")
+    assert e3.degraded is None and e3.self_id == devices.peer(3)
+    await devices.admin("/_dev/faults", {"device": 3, "devices": "error"})
+    assert await e3.poll() == "active"
+    assert "devices registry unavailable since" in (e3.degraded or "")
+    await devices.admin("/_dev/faults", {"device": 3, "devices": None})
+    await e3.poll()
+    assert e3.degraded is None

@@ -42,6 +42,7 @@ def _errors(*statuses: int) -> dict[str, Any]:
         409: "The trigger is not in this device's registry (run), or the change is to a "
         "standing built-in's code-owned definition (PATCH).",
         415: "A body that is not JSON.",
+        429: "Too many manual runs in flight on this daemon (16): wait for one to end.",
         502: "The any server refused the write.",
         503: "The any server is not reachable; nothing was written.",
     }
@@ -345,7 +346,7 @@ def _paths() -> dict[str, Any]:
                 "parameters": [_ID_PARAM],
                 "responses": {
                     "202": _json(_ref("RunStarted"), "The run started."),
-                    **_errors(403, 404, 409, 415),
+                    **_errors(403, 404, 409, 415, 429),
                 },
             }
         },
