@@ -91,19 +91,20 @@ def group_members(pgid: int) -> int:
         entries = os.listdir("/proc")
     except OSError:
         return -1
-    alive = 0
-    for name in entries:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-            alive += 1
-    return alive
+    return sum(1 for name in entries if name.isdigit() and _live_group(name) == pgid)
+
+
+def _live_group(pid: str) -> int | None:
+    """Return the process group of a live (non-zombie) process, from /proc; None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2 :].split()  # past the command name, which may hold ")"
+    if len(fields) < 3 or fields[0] in (b"Z", b"X"):
+        return None
+    return int(fields[2])
 
 
 async def _wait_group_empty(pgid: int, seconds: float) -> bool:
@@ -222,16 +223,8 @@ def run_groups(run_ids: Collection[str]) -> dict[str, set[int]]:
     for name in entries:
         if not name.isdigit() or (run_id := _run_id(name)) not in wanted:
             continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) < 3 or fields[0] in (b"Z", b"X"):
-            continue
-        pgid = int(fields[2])
-        if pgid == own:
+        pgid = _live_group(name)
+        if pgid is None or pgid == own:
             continue
         if pgid == int(name) or not os.path.exists(f"/proc/{pgid}") or _run_id(pgid) == run_id:
             found.setdefault(run_id, set()).add(pgid)
