@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Mapping
 from datetime import datetime
@@ -39,6 +40,10 @@ def syslog_priority(levelno: int) -> int:
     return 7
 
 
+_NEEDS_QUOTES = re.compile(r'[\s="]')
+"""A context value with whitespace (as `str.isspace` judges it), `=` or `"` is quoted."""
+
+
 def _context_suffix(record: logging.LogRecord) -> str:
     parts = []
     for name in CONTEXT_FIELDS:
@@ -46,7 +51,7 @@ def _context_suffix(record: logging.LogRecord) -> str:
         if value is None:
             continue
         text = str(value)
-        if not text or any(c.isspace() or c in '="' for c in text):
+        if not text or _NEEDS_QUOTES.search(text):
             text = json.dumps(text)
         parts.append(f"{name}={text}")
     return " " + " ".join(parts) if parts else ""

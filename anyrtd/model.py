@@ -20,7 +20,7 @@ import json
 import math
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -49,6 +49,7 @@ __all__ = [
     "once_at",
     "parse_record",
     "spec_error",
+    "with_runtime",
 ]
 
 KINDS: frozenset[str] = frozenset(Kind)
@@ -379,6 +380,68 @@ def _rollup(record: Mapping[str, Any]) -> Rollup:
         run_count=_count(record, RollupField.RUN_COUNT, 0, minimum=0),
         consecutive_failures=_count(record, RollupField.CONSECUTIVE_FAILURES, 0, minimum=0),
         last_run_ref=_string(record, RollupField.LAST_RUN_REF),
+    )
+
+
+_RUNTIME_KEYS: frozenset[str] = frozenset(_ROLLUP_KEYS) | {"enabled"}
+"""The fields the daemon writes after a fire: none is in the fingerprint or the schedule."""
+
+
+def with_runtime(
+    defn: TriggerDef, fields: Mapping[str, Any], unset: Iterable[str] = ()
+) -> TriggerDef | None:
+    """Return `defn` with `fields` written over it and `unset` removed, without parsing the
+    whole record again: the definition `parse_record` gives for that record. Return None
+    when a field is not one the daemon writes after a fire, or a value would not parse;
+    then parse the record."""
+    gone = set(unset)
+    if not (fields.keys() <= _RUNTIME_KEYS and gone <= _RUNTIME_KEYS):
+        return None
+    enabled = defn.enabled
+    if "enabled" in fields or "enabled" in gone:
+        value = None if "enabled" in gone else fields.get("enabled")
+        if value is None:
+            enabled = True
+        elif isinstance(value, bool):
+            enabled = value
+        else:
+            return None
+    rollup = defn.rollup
+    if not fields.keys().isdisjoint(_ROLLUP_KEYS) or not gone.isdisjoint(_ROLLUP_KEYS):
+        r = rollup
+        merged: dict[str, Any] = {
+            RollupField.LAST_RUN_AT: r.last_run_at,
+            RollupField.LAST_STATUS: r.last_status,
+            RollupField.LAST_DURATION_MS: r.last_duration_ms,
+            RollupField.LAST_FUEL: r.last_fuel,
+            RollupField.LAST_COST_USD: r.last_cost_usd,
+            RollupField.RUN_COUNT: r.run_count or None,
+            RollupField.CONSECUTIVE_FAILURES: r.consecutive_failures or None,
+            RollupField.LAST_RUN_REF: r.last_run_ref,
+        }
+        merged.update(fields)
+        for key in gone:
+            merged[key] = None
+        try:
+            rollup = _rollup(merged)
+        except _Bad:
+            return None
+    # Built field by field: `dataclasses.replace` costs several times as much.
+    return TriggerDef(
+        id=defn.id,
+        name=defn.name,
+        kind=defn.kind,
+        spec=defn.spec,
+        program=defn.program,
+        args=defn.args,
+        owner=defn.owner,
+        enabled=enabled,
+        limits=defn.limits,
+        max_consecutive_failures=defn.max_consecutive_failures,
+        rollup=rollup,
+        version=defn.version,
+        fingerprint=defn.fingerprint,
+        schedule=defn.schedule,
     )
 
 

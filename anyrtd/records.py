@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from anyrtd.model import Malformed, TriggerDef, parse_record
+from anyrtd.model import Malformed, TriggerDef, parse_record, with_runtime
 
 
 @dataclass(slots=True)
@@ -38,7 +38,10 @@ class RecordCache:
     def __init__(self) -> None:
         self._version: dict[str, int] = {}
         self.parsed: dict[str, TriggerDef | Malformed] = {}
-        self._base: dict[str, str] = {}
+        self._base: dict[str, str | TriggerDef] = {}
+        """The server's view under an overlay, or of a malformed record: its JSON text, or
+        the parsed definition it was before this device's first write (turned into a record
+        only if it is needed again)."""
         self._overlay: dict[str, Overlay] = {}
 
     def __len__(self) -> int:
@@ -55,10 +58,8 @@ class RecordCache:
 
     def raw(self, rid: str) -> dict[str, Any] | None:
         """Return the record as the server last showed it (without this device's overlay)."""
-        text = self._base.get(rid)
-        if text is not None:
-            loaded: dict[str, Any] = json.loads(text)
-            return loaded
+        if rid in self._base:
+            return self._base_record(rid)[0]
         parsed = self.parsed.get(rid)
         return parsed.to_record() if isinstance(parsed, TriggerDef) else None
 
@@ -101,7 +102,7 @@ class RecordCache:
             parsed = self.parsed.get(rid)
             if isinstance(parsed, TriggerDef):
                 # Keep the server's view from before the first write, to return to later.
-                self._base[rid] = _dumps(parsed.to_record())
+                self._base[rid] = parsed
         overlay = self._overlay.setdefault(rid, Overlay())
         for key, value in fields.items():
             overlay.fields[key] = value
@@ -111,7 +112,14 @@ class RecordCache:
             overlay.unset.add(key)
         overlay.outstanding += 1
         if rid in self._base:
-            self._store(rid, json.loads(self._base[rid]), self._base[rid])
+            parsed = self.parsed.get(rid)
+            # A fire's writes (a once's consumption, a run's rollup) leave the definition
+            # core alone: lay them over the parsed definition instead of parsing it all again.
+            quick = with_runtime(parsed, fields, unset) if isinstance(parsed, TriggerDef) else None
+            if quick is not None:
+                self.parsed[rid] = quick
+            else:
+                self._store(rid, *self._base_record(rid))
 
     def acked(self, rid: str, version: int | None) -> None:
         """Note that the server took one of this device's writes to `rid`, at `version`."""
@@ -123,9 +131,8 @@ class RecordCache:
             overlay.acked_version = max(overlay.acked_version, version)
         if overlay.outstanding == 0 and self._version.get(rid, 0) >= overlay.acked_version:
             del self._overlay[rid]
-            base = self._base.get(rid)
-            if base is not None:
-                self._store(rid, json.loads(base), base)
+            if rid in self._base:
+                self._store(rid, *self._base_record(rid))
 
     def hold(self, rid: str, fields: Mapping[str, Any]) -> None:
         """Lay `fields` over a record until the server shows a newer version than the cached
@@ -136,6 +143,14 @@ class RecordCache:
     def pending_owner(self) -> set[str]:
         """Return the ids whose owner stamp this device wrote and has not seen back."""
         return {rid for rid, o in self._overlay.items() if "owner" in o.fields}
+
+    def _base_record(self, rid: str) -> tuple[dict[str, Any], str | None]:
+        """Return the server's view of `rid` as a record, with its JSON text if kept."""
+        base = self._base[rid]
+        if isinstance(base, TriggerDef):
+            return base.to_record(), None
+        loaded: dict[str, Any] = json.loads(base)
+        return loaded, base
 
     def _store(self, rid: str, record: dict[str, Any], text: str | None) -> None:
         """Parse the server's `record` under the overlay; keep its text only where needed."""

@@ -6,11 +6,13 @@ import io
 import logging
 import os
 import re
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from anyrtd import logs
 from anyrtd.logs import setup_logging, syslog_priority
 
 PLAIN_HEAD = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}[+-]\d\d:\d\d"
@@ -165,3 +167,14 @@ def test_an_unknown_level_is_refused_with_the_choices() -> None:
 
 def test_syslog_priorities() -> None:
     assert [syslog_priority(n) for n in (5, 10, 20, 25, 30, 40, 50)] == [7, 7, 6, 6, 4, 3, 2]
+
+
+def test_a_context_value_is_quoted_for_exactly_whitespace_equals_and_quote() -> None:
+    # The quoting test is a regex for speed; it must pick the same characters as
+    # str.isspace() plus '=' and '"', over every code point.
+    differ = [
+        c
+        for c in map(chr, range(sys.maxunicode + 1))
+        if (c.isspace() or c in '="') != bool(logs._NEEDS_QUOTES.search(c))
+    ]
+    assert differ == []

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
-from anyrtd.model import Malformed, TriggerDef
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from anyrtd import records
+from anyrtd.model import Malformed, TriggerDef, parse_record
 from anyrtd.records import RecordCache
+from anyrtd.vocab import RollupField
 
 
 def record(v: int, **fields: Any) -> dict[str, Any]:
@@ -117,3 +124,82 @@ def test_a_definition_turns_back_into_a_record_that_parses_the_same() -> None:
     again = RecordCache()
     again.put(defn(cache).to_record())
     assert defn(again) == defn(cache)
+
+
+# A fire's writes (a once's consumption, a run's rollup) take a fast path that lays them over
+# the parsed definition: it must give what parsing the whole written record gives.
+
+_ROLLUP_VALUES = st.one_of(
+    st.none(),
+    st.integers(min_value=-3, max_value=10**6),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.booleans(),
+    st.text(max_size=8),
+    st.just([1]),
+)
+_RUNTIME_FIELDS = [*RollupField, "enabled"]
+_WRITE = st.tuples(
+    st.dictionaries(
+        st.sampled_from([*_RUNTIME_FIELDS, "name", "args"]), _ROLLUP_VALUES, max_size=4
+    ),
+    st.lists(st.sampled_from(_RUNTIME_FIELDS), max_size=2),
+)
+
+
+def _same(got: TriggerDef | Malformed, want: TriggerDef | Malformed) -> None:
+    if isinstance(want, Malformed):
+        assert got == want
+        return
+    assert isinstance(got, TriggerDef)
+    assert got.to_record() == want.to_record()
+    assert (got.enabled, got.rollup, got.fingerprint) == (
+        want.enabled,
+        want.rollup,
+        want.fingerprint,
+    )
+    assert type(got.schedule) is type(want.schedule)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    kind=st.sampled_from(["cron", "once"]),
+    start=st.dictionaries(st.sampled_from(_RUNTIME_FIELDS), _ROLLUP_VALUES, max_size=4),
+    writes=st.lists(_WRITE, min_size=1, max_size=5),
+)
+def test_a_fire_write_gives_the_definition_a_full_parse_gives(
+    kind: str, start: dict[str, Any], writes: list[tuple[dict[str, Any], list[str]]]
+) -> None:
+    spec = {"cron": "0 8 * * *"} if kind == "cron" else {"at": 1_900_000_000}
+    rec = record(1, kind=kind, spec=spec, **start)
+    cache = RecordCache()
+    cache.put(copy.deepcopy(rec))
+    want = copy.deepcopy(rec)
+    for fields, unset in writes:
+        cache.write("t", copy.deepcopy(fields), unset)
+        want.update(copy.deepcopy(fields))
+        for key in unset:
+            want.pop(key, None)
+        _same(cache.parsed["t"], parse_record(copy.deepcopy(want)))
+
+
+def test_a_once_consumption_and_a_rollup_write_parse_no_record(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cache = RecordCache()
+    cache.put(record(1, kind="once", spec={"at": 1_900_000_000}))
+    calls: list[object] = []
+    monkeypatch.setattr(records, "parse_record", lambda r: calls.append(r) or parse_record(r))
+    cache.write("t", {"enabled": False, RollupField.LAST_RUN_AT: 1_900_000_000.5})
+    cache.write(
+        "t",
+        {RollupField.LAST_STATUS: "ok", RollupField.RUN_COUNT: 1, RollupField.LAST_DURATION_MS: 3},
+        unset=[RollupField.LAST_RUN_REF],
+    )
+    assert calls == []
+    got = defn(cache)
+    assert got.enabled is False
+    assert (got.rollup.run_count, got.rollup.last_status) == (1, "ok")
+    cache.write("t", {"name": "renamed"})  # a definition field: parsed as a whole
+    assert len(calls) == 1
+    assert defn(cache).name == "renamed"
+    assert defn(cache).enabled is False

@@ -684,6 +684,48 @@ async def test_the_program_gets_a_copy_of_its_args(make_runner: MakeRunner) -> N
     assert args == {"event": {"text": "original"}}
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        {},
+        {"n": 1, "x": 1.5, "s": "a", "b": True, "none": None},
+        {"event": {"text": "t", "tags": ["a", {"deep": [1, 2]}]}},
+        {"odd": {"set": {1, 2}, "tuple": ([1], 2)}},  # not from JSON: copied by deepcopy
+    ],
+)
+async def test_a_programs_args_are_an_equal_copy_it_may_change_anywhere(
+    make_runner: MakeRunner, args: dict[str, Any]
+) -> None:
+    seen: list[Any] = []
+
+    async def main(got: Mapping[str, Any], ctx: ProgramContext) -> None:
+        seen.append(json.loads(json.dumps(got, default=repr)))
+        _scribble(got)
+
+    before = json.loads(json.dumps(args, default=repr))
+    await make_runner(programs={"test:mut@v1": main}).run(request("test:mut@v1", args))
+
+    assert seen == [before]
+    assert json.loads(json.dumps(args, default=repr)) == before
+
+
+def _scribble(value: Any) -> None:
+    """Change every dict, list and set inside `value`, in place."""
+    if isinstance(value, dict):
+        for item in list(value.values()):
+            _scribble(item)
+        value["scribbled"] = True
+    elif isinstance(value, list):
+        for item in value:
+            _scribble(item)
+        value.append("scribbled")
+    elif isinstance(value, set):
+        value.add("scribbled")
+    elif isinstance(value, tuple):
+        for item in value:
+            _scribble(item)
+
+
 async def test_a_budget_that_is_not_positive_is_refused(client: ServerClient) -> None:
     with pytest.raises(ValueError, match="greater than 0"):
         Runner(

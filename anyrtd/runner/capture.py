@@ -172,13 +172,17 @@ class Pipes:
             transport.close()
 
 
+_RUN_LINE = logging.Formatter("%(levelname)s %(message)s")
+"""How a run logger's line reads in the run's output (one formatter for every run)."""
+
+
 class RunLogHandler(logging.Handler):
     """Copy a run logger's lines into the run's capture."""
 
     def __init__(self, capture: Capture) -> None:
         super().__init__(logging.DEBUG)
         self._capture = capture
-        self.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+        self.setFormatter(_RUN_LINE)
 
     def emit(self, record: logging.LogRecord) -> None:
         try:

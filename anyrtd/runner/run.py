@@ -313,7 +313,7 @@ class Runner:
             clock=self._clock,
         )
         # A program gets its own copy: editing its args must not touch the daemon's record.
-        args = copy.deepcopy(dict(req.args))
+        args = _own_copy(req.args)
 
         async def call() -> Mapping[str, Any] | None:
             flight.start()
@@ -476,6 +476,26 @@ def _error_type(exc: BaseException) -> str:
 
 def _valid_or_none(text: str | None) -> str | None:
     return None if text is None else valid_text(text)[0]
+
+
+_IMMUTABLE = (str, int, float, bool, type(None))
+
+
+def _own_copy(args: Mapping[str, Any]) -> dict[str, Any]:
+    """Return a deep copy of `args`: by hand for what JSON gives (a run's args come from a
+    record), through `copy.deepcopy` for anything else."""
+    return {key: _copy_value(value) for key, value in args.items()}
+
+
+def _copy_value(value: Any) -> Any:
+    kind = type(value)
+    if kind in _IMMUTABLE:
+        return value
+    if kind is dict:
+        return {key: _copy_value(item) for key, item in value.items()}
+    if kind is list:
+        return [_copy_value(item) for item in value]
+    return copy.deepcopy(value)
 
 
 def _futures(*futs: asyncio.Future[Any]) -> set[asyncio.Future[Any]]:
