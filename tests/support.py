@@ -12,7 +12,7 @@ from anyrtd.client import ServerClient, Upsert
 from anyrtd.clock import SystemClock
 from anyrtd.config import Config
 from anyrtd.daemon import Daemon
-from anyrtd.places import resolve_places
+from anyrtd.places import Places, resolve_places
 from anyrtd.program import ProgramFn
 from anyrtd.runner import Runner
 
@@ -139,3 +139,26 @@ def daemon_with(
     )
     config = Config(server=url, state_dir=state_dir, tick_s=tick_s)
     return Daemon(config, client=client, runner=runner)
+
+
+class World:
+    """The server as a user sees it: write and read trigger records (synchronously)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def call(self, fn: Callable[[ServerClient, Places], Awaitable[T]]) -> T:
+        async def main() -> T:
+            async with ServerClient(self.url) as client:
+                return await fn(client, await resolve_places(client, "bao"))
+
+        return asyncio.run(main())
+
+    def put(self, rid: str, **fields: Any) -> None:
+        """A field-level write."""
+        self.call(lambda c, p: c.upsert(p.triggers, [Upsert(rid, fields)]))
+
+    def record(self, rid: str) -> dict[str, Any]:
+        records, _ = self.call(lambda c, p: c.query(p.triggers, filter={"id": rid}))
+        assert records, f"no record {rid}"
+        return records[0]

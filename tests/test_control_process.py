@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
 import stat
 import sys
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 from conftest import DevserverProcess
 from control_support import ServeProcess
-from support import SEED_KEYS, wait_until
-
-from anyrtd.client import ServerClient, Upsert
-from anyrtd.places import Places, resolve_places
+from support import SEED_KEYS, World, wait_until
 
 T = TypeVar("T")
 PY = sys.executable
@@ -23,28 +19,6 @@ ECHO = (
     '[programs."test:echo@v1"]',
     f'argv = ["{PY}", "-c", "print(\'hello from serve\')"]',
 )
-
-
-class World:
-    """The server as a user sees it: write and read trigger records."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-
-    def call(self, fn: Callable[[ServerClient, Places], Awaitable[T]]) -> T:
-        async def main() -> T:
-            async with ServerClient(self.url) as client:
-                return await fn(client, await resolve_places(client, "bao"))
-
-        return asyncio.run(main())
-
-    def put(self, rid: str, **fields: Any) -> None:
-        self.call(lambda c, p: c.upsert(p.triggers, [Upsert(rid, fields)]))
-
-    def record(self, rid: str) -> dict[str, Any]:
-        records, _ = self.call(lambda c, p: c.query(p.triggers, filter={"id": rid}))
-        assert records, f"no record {rid}"
-        return records[0]
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ schedule ones the in-process fleet harness (a fake clock) on a real devserver.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
@@ -16,22 +15,22 @@ import re
 import sqlite3
 import subprocess
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+import support
 from conftest import DevserverProcess, anyrtd_command
 from control_support import TICK, ServeProcess
 from fleet import T0, Fleet, Node
 from support import wait_until
 
 from anyrtd.apply import Apply
-from anyrtd.client import ServerClient, Upsert
+from anyrtd.client import Upsert
 from anyrtd.metrics import Stats
 from anyrtd.model import TriggerDef, parse_record
-from anyrtd.places import Places, resolve_places
 from anyrtd.reconcile import Adopt, Context, EntryView, Refresh, reconcile
 from anyrtd.records import RecordCache
 from anyrtd.registry import Entry, Registry, new_row, next_fire
@@ -45,22 +44,8 @@ MARK = ('[programs."test:mark@v1"]', 'argv = ["/bin/sh", "-c", "echo fired"]')
 ROLLUP = ("lastRunAt", "lastStatus", "lastDurationMs", "runCount", "consecutiveFailures")
 
 
-class World:
+class World(support.World):
     """The server as a user sees it: write and read trigger records and run records."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-
-    def call(self, fn: Callable[[ServerClient, Places], Awaitable[T]]) -> T:
-        async def main() -> T:
-            async with ServerClient(self.url) as client:
-                return await fn(client, await resolve_places(client, "bao"))
-
-        return asyncio.run(main())
-
-    def put(self, rid: str, **fields: Any) -> None:
-        """A field-level write."""
-        self.call(lambda c, p: c.upsert(p.triggers, [Upsert(rid, fields)]))
 
     def unset(self, rid: str, fields: dict[str, Any], unset: list[str]) -> None:
         """A field-level write that also removes fields (`$unset`)."""
@@ -69,11 +54,6 @@ class World:
     def replace(self, rid: str, record: dict[str, Any]) -> None:
         """Write the whole record (a `$set` of the root), as a user rewriting it would."""
         self.call(lambda c, p: c.replace(p.triggers, rid, record))
-
-    def record(self, rid: str) -> dict[str, Any]:
-        records, _ = self.call(lambda c, p: c.query(p.triggers, filter={"id": rid}))
-        assert records, f"no record {rid}"
-        return records[0]
 
     def runs(self, trigger_id: str) -> list[dict[str, Any]]:
         """The trigger's `agent_runs` that have ended, oldest first."""
