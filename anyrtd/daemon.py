@@ -37,7 +37,8 @@ from anyrtd.role import Role
 from anyrtd.rows import RunRow
 from anyrtd.runner import Runner
 from anyrtd.sync import Sync
-from anyrtd.unit import Unit
+from anyrtd.timer import Timer
+from anyrtd.unit import CommitFailed, Unit, is_disk_full
 from anyrtd.vocab import Verdict
 from anyrtd.why_facts import Explains
 
@@ -81,7 +82,6 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
         self._reconciled_as: tuple[str | None, str | None] = (None, None)  # (verdict, peer id)
         self._dirty: set[str] = set()
         self._wake = asyncio.Event()
-        self._rearm = asyncio.Event()
         self._outbox_kick = asyncio.Event()
         self._drain_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
@@ -109,6 +109,9 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
             runner=self.runner,
             stats=self.stats,
             clock=self.clock,
+        )
+        self.timer = Timer(
+            registry=self.registry, firing=self.firing, clock=self.clock, fire=self.fire_due
         )
         # Event triggers, the chat responder and the standing built-ins (docs/events.md,
         # docs/election.md).
@@ -203,7 +206,7 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
         await self.tick()
         self._tasks = [
             asyncio.create_task(self._loop(self._tick_loop), name="anyrtd-tick"),
-            asyncio.create_task(self._loop(self._timer_loop), name="anyrtd-timer"),
+            asyncio.create_task(self._loop(self.timer.step), name="anyrtd-timer"),
             asyncio.create_task(self._loop(self._sync_loop), name="anyrtd-sync"),
             asyncio.create_task(self._loop(self._outbox_loop), name="anyrtd-outbox"),
             asyncio.create_task(self._loop(self.role.follow_spaces), name="anyrtd-spaces"),
@@ -230,7 +233,8 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
                 log.warning("interrupting %d runs still in flight", len(pending))
                 await self.runner.interrupt_all()
                 await asyncio.wait(pending, timeout=10.0)
-        await self.unit.commit(self.clock.now())
+        with contextlib.suppress(CommitFailed):  # the unit logged why
+            await self.unit.commit(self.clock.now())
         if self.places is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.drain_outbox(), timeout=5.0)
@@ -255,7 +259,10 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
                 return
             except Exception as exc:
                 self.stats.last_error = f"{exc.__class__.__name__}: {exc}"
-                log.exception("loop %s failed; retrying", body.__name__)
+                if isinstance(exc, CommitFailed) or is_disk_full(exc):
+                    self.unit.note_failed(exc, self.clock.now())  # logged once an episode
+                else:
+                    log.exception("loop %s failed; retrying", body.__name__)
                 await asyncio.sleep(1.0)
 
     async def db_call(self, fn: Callable[[Mirror], Any]) -> Any:
@@ -295,9 +302,10 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
             self.apply.reconcile(ids, now, verdict, peer)
             self.role.refresh_standing(ids, now, peer)
             self.role.hand_off(self.fence, now)
-        await self.unit.commit(now)
+        with contextlib.suppress(CommitFailed):  # kept for the next commit; the unit says why
+            await self.unit.commit(now)
         self.role.tend_chat_watch()
-        self._rearm.set()
+        self.timer.rearm.set()
         self._outbox_kick.set()
         self.stats.ticks += 1
         self.last_tick_at = now
@@ -365,18 +373,6 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
             await asyncio.wait_for(self._wake.wait(), timeout=self.config.tick_s)
         await self.tick()
 
-    async def _timer_loop(self) -> None:
-        self.firing.watch_clock()
-        due = self.registry.next_due()
-        now = self.clock.now()
-        if due is not None and due <= now:
-            await self.fire_due(now)
-            return
-        self._rearm.clear()
-        timeout = 60.0 if due is None else min(60.0, due - now)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._rearm.wait(), timeout=timeout)
-
     async def _sync_loop(self) -> None:
         try:
             await self.sync(wait=FEED_WAIT_S)
@@ -428,6 +424,7 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
     def health(self) -> Health:
         reach, registry = self.client.reach, self.gate.degraded  # an unreachable server says all
         registry_reasons = (registry,) if registry and reach.unreachable_since is None else ()
+        mirror = () if self.unit.failing is None else (self.unit.failing.reason(),)
         return Health(
             now=self.clock.now(),
             last_tick_at=self.last_tick_at,
@@ -438,7 +435,7 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
             triggers=len(self.registry),
             server_resolved=self.places is not None,
             last_error=self.stats.last_error,
-            degraded=(*server_reasons(reach, self.outbox_depth), *registry_reasons),
+            degraded=(*server_reasons(reach, self.outbox_depth), *registry_reasons, *mirror),
             state_dir=str(self.config.state_dir),
         )
 
@@ -483,8 +480,9 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
         now = self.clock.now()
         if self.peer_id is not None:
             self.apply.reconcile([trigger_id], now, self.gate.verdict, self.peer_id)
-        await self.unit.commit(now)
-        self._rearm.set()
+        with contextlib.suppress(CommitFailed):  # the server took it; ours wait for the mirror
+            await self.unit.commit(now)
+        self.timer.rearm.set()
         parsed = self.records.parsed.get(trigger_id)
         return parsed if isinstance(parsed, TriggerDef) else None
 

@@ -3,8 +3,11 @@
 A run is prepared in the step's unit of work (the run row as `running`, a `once` as
 consumed), committed, and only then started: a crash never fires a `once` twice, and a run
 a crash left `running` is closed as `interrupted` at the next start
-(`close_interrupted`). The record's `startedAt` is the moment the program really started,
-noted by the runner; the fire lag is measured to it. The outcome goes to the mirror, and
+(`close_interrupted`). A fire whose preparation cannot be committed (the disk is full) did
+not happen: its writes are dropped, the entries it touched are put back as they were, and
+it is tried again (`hold_s` spaces the tries) until the mirror takes it: late, not lost.
+The record's `startedAt` is the moment the program really started, noted by the runner;
+the fire lag is measured to it. The outcome goes to the mirror, and
 the run record and the trigger's rollup to the outbox.
 """
 
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import gc
 import logging
@@ -27,11 +31,11 @@ from anyrtd.model import TriggerDef
 from anyrtd.program import RunOutcome, RunRequest
 from anyrtd.records import RecordCache
 from anyrtd.registry import Entry, Registry
-from anyrtd.rows import RunRow
+from anyrtd.rows import EntryRow, RunRow
 from anyrtd.runner import Runner
 from anyrtd.runner.process import kill_group, leftover_group, process_start, run_groups
 from anyrtd.runs import BREAKER_STATUSES, duration_ms, rollup
-from anyrtd.unit import Unit
+from anyrtd.unit import Apart, CommitFailed, Unit
 from anyrtd.vocab import Kind, RollupField, RunStatus, Verdict
 
 log = logging.getLogger("anyrtd.daemon")
@@ -43,6 +47,23 @@ recurring entries are re-armed from the new wall time (docs/schedule.md)."""
 MAX_MANUAL_RUNS = 16
 """How many manual runs (`POST /triggers/:id/run`) may be in flight at once on one daemon;
 one more is refused with `TooManyRuns` (the control API's 429, docs/control-api.md)."""
+
+
+RETRY_FIRST_S = 1.0
+RETRY_MAX_S = 10.0
+"""A fire that could not be made durable is tried again after 1 s, then after twice the
+wait each time, at most every 10 s, until the mirror takes it."""
+
+
+class NotDurable(Exception):
+    """A run not started: its preparation could not be written to the mirror."""
+
+    def __init__(self, trigger_id: str, cause: CommitFailed) -> None:
+        super().__init__(
+            f"trigger {trigger_id!r} was not started: its run could not be written to the "
+            f"mirror ({cause}); nothing was recorded, free space for the state directory "
+            "and run it again"
+        )
 
 
 class TooManyRuns(Exception):
@@ -102,6 +123,9 @@ class Firing:
         """Manual runs in flight, or being prepared (at most `MAX_MANUAL_RUNS`)."""
         self._clock_mark: tuple[float, float] | None = None
         """(wall, monotonic) at the last look, to notice a wall clock stepped back."""
+        self._retry_at: float | None = None
+        """Monotonic time before which a fire that failed to commit is not tried again."""
+        self._retry_s = 0.0
 
     async def settle(self, grace_s: float, hurry: asyncio.Event) -> set[asyncio.Task[Any]]:
         """Wait up to `grace_s` for the runs in flight, or until `hurry` is set; return the
@@ -156,19 +180,23 @@ class Firing:
         before anything else is done for any of them: in-process programs all begin at the
         loop's next turn, and the batch's log lines are written after that. The garbage
         collector waits while a batch is prepared and while it is started: a full collection
-        in the middle of a burst would hold up every program after it.
+        in the middle of a burst would hold up every program after it. When the commit
+        fails, nothing of the batch happened: its entries are due again, tried after
+        `hold_s`.
         """
         self.watch_clock()
         due = self.registry.pop_due(now)
         if not due:
             return []
-        with _collector_held():
+        undo = _Undo.of([entry for entry, _ in due], self.registry)
+        with _collector_held(), self.unit.apart() as apart:
             starts = [
                 s
                 for entry, at in due
                 if (s := self.prepare(entry, at, now, device, verdict)) is not None
             ]
-        await self.unit.commit(now)
+        if not await self._made_durable(apart, now, undo, len(starts)):
+            return []
         with _collector_held():
             runs = [
                 self.runner.start(self._request(row, args), self._on_start(row))
@@ -183,9 +211,33 @@ class Firing:
                 self._log_firing(entry, row)
         return [row.run_id for _, row, _ in starts]
 
+    def hold_s(self) -> float:
+        """Return how long the timer waits before it tries again a fire whose commit failed
+        (0.0: no wait; none once the mirror was written again meanwhile)."""
+        if self._retry_at is None:
+            return 0.0
+        if self.unit.failing is None:
+            self._retry_at = None
+            return 0.0
+        return max(0.0, self._retry_at - self.clock.monotonic())
+
+    async def _made_durable(self, apart: Apart, now: float, undo: _Undo, prepared: int) -> bool:
+        """Commit a fire's preparation; on failure take it back and space the next try."""
+        try:
+            await self.unit.commit_apart(apart, now)
+        except CommitFailed:
+            undo.take_back(self.registry, self.stats, prepared)
+            self._retry_s = min(RETRY_MAX_S, self._retry_s * 2 or RETRY_FIRST_S)
+            self._retry_at = self.clock.monotonic() + self._retry_s
+            log.debug("%d fires wait for the mirror: tried again in %g s", undo.n, self._retry_s)
+            return False
+        self._retry_at, self._retry_s = None, 0.0
+        return True
+
     async def run_now(self, trigger_id: str, device: str | None, verdict: str) -> str | None:
         """Run a registry entry now, outside its schedule; return the run id. Raise
-        `TooManyRuns` when `MAX_MANUAL_RUNS` manual runs are in flight already."""
+        `TooManyRuns` when `MAX_MANUAL_RUNS` manual runs are in flight already, and
+        `NotDurable` when the run could not be written to the mirror."""
         entry = self.registry.get(trigger_id)
         if entry is None:
             return None
@@ -195,10 +247,16 @@ class Firing:
         task: asyncio.Task[None] | None = None
         try:
             now = self.clock.now()
-            start = self.prepare(entry, None, now, device, verdict)
+            undo = _Undo.of([entry], self.registry)
+            with self.unit.apart() as apart:
+                start = self.prepare(entry, None, now, device, verdict)
             if start is None:
                 return None
-            await self.unit.commit(now)
+            try:
+                await self.unit.commit_apart(apart, now)
+            except CommitFailed as exc:
+                undo.take_back(self.registry, self.stats, 1)
+                raise NotDurable(trigger_id, exc) from exc
             task = self.spawn(*start)
             return start[1].run_id
         finally:
@@ -213,15 +271,27 @@ class Firing:
     async def fire_event(
         self, entry: Entry, message: ChatMessage, now: float, device: str | None, verdict: str
     ) -> asyncio.Task[None] | None:
-        """Start the run of an event trigger for `message`; return its task."""
+        """Start the run of an event trigger for `message`; return its task (None: not
+        started, also when its run could not be written to the mirror)."""
         # The run serves the message: its scheduledAt is the message's createdAt.
         at = message.created_at if message.created_at is not None else now
-        start = self.prepare(entry, at, now, device, verdict)
+        undo = _Undo.of([entry], self.registry)
+        with self.unit.apart() as apart:
+            start = self.prepare(entry, at, now, device, verdict)
         if start is None:
             return None
         _, row, args = start
         args["event"] = message.payload()
-        await self.unit.commit(now)
+        try:
+            await self.unit.commit_apart(apart, now)
+        except CommitFailed:
+            undo.take_back(self.registry, self.stats, 1)
+            log.warning(
+                "not firing %s for a chat message: its run could not be written to the mirror",
+                entry.id,
+                extra={"trigger": entry.id},
+            )
+            return None
         return self.spawn(entry, row, args)
 
     def prepare(
@@ -325,7 +395,8 @@ class Firing:
         finally:
             entry.running -= 1
         self.record_outcome(row, outcome, entry=self.registry.get(entry.id))
-        await self.unit.commit(self.clock.now())
+        with contextlib.suppress(CommitFailed):  # kept for the next commit that works
+            await self.unit.commit(self.clock.now())
         log.log(
             logging.WARNING if outcome.status in BREAKER_STATUSES else logging.INFO,
             "run %s of %s ended %s%s",
@@ -349,6 +420,8 @@ class Firing:
         self.unit.save_run(row)
         try:
             await self.unit.commit(self.clock.now())
+        except CommitFailed:  # the unit said why; the next commit that works writes the row
+            pass
         except Exception as exc:  # the run goes on; the next commit writes the row
             log.warning(
                 "run %s: cannot keep its process group %d in the mirror yet: %s",
@@ -478,6 +551,41 @@ class Firing:
         self.unit.write_trigger(row.trigger_id, write.fields)
 
 
+@dataclasses.dataclass(slots=True)
+class _Undo:
+    """What a fire changes in memory before its commit, to put back when the commit fails."""
+
+    rows: list[tuple[Entry, EntryRow]]
+    last_fired: dict[str, float | None]
+    n: int
+
+    @classmethod
+    def of(cls, entries: list[Entry], registry: Registry) -> _Undo:
+        return cls(
+            [(e, dataclasses.replace(e.row)) for e in entries],
+            {e.id: registry.last_fired.get(e.id) for e in entries},
+            len(entries),
+        )
+
+    def take_back(self, registry: Registry, stats: Stats, prepared: int) -> None:
+        """Put the entries back as they were, due at the time they were due, and uncount the
+        `prepared` runs."""
+        for entry, row in self.rows:
+            for f in _ENTRY_FIELDS:
+                setattr(entry.row, f, getattr(row, f))
+            if registry.get(entry.id) is entry:
+                registry.schedule(entry)
+        for tid, at in self.last_fired.items():
+            if at is None:
+                registry.last_fired.pop(tid, None)
+            else:
+                registry.last_fired[tid] = at
+        stats.fires -= prepared
+
+
+_ENTRY_FIELDS = tuple(f.name for f in dataclasses.fields(EntryRow))
+
+
 def _with_line(output: str, line: str) -> str:
     """Return `output` with `line` added on a line of its own."""
     if line and output and not output.endswith("\n"):
@@ -485,4 +593,4 @@ def _with_line(output: str, line: str) -> str:
     return output + line
 
 
-__all__ = ["MAX_MANUAL_RUNS", "Firing", "Start", "TooManyRuns", "new_run_id"]
+__all__ = ["MAX_MANUAL_RUNS", "Firing", "NotDurable", "Start", "TooManyRuns", "new_run_id"]
