@@ -101,6 +101,7 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
             confirm_after=config.tick_s if confirm_after is None else confirm_after,
             fence=self.fence,
             unfenced=lambda rid: rid == self.role.chat_watch_id,
+            cancel=lambda rid: self.timer.cancel(rid),  # a prepared run of a changed trigger
         )
         self.firing = Firing(
             registry=self.registry,
@@ -110,8 +111,8 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
             stats=self.stats,
             clock=self.clock,
         )
-        self.timer = Timer(
-            registry=self.registry, firing=self.firing, clock=self.clock, fire=self.fire_due
+        self.timer = Timer(  # prepares each due batch ahead, starts it on time
+            self.registry, self.firing, self.clock, lambda: (self.peer_id, self.gate.verdict)
         )
         # Event triggers, the chat responder and the standing built-ins (docs/events.md,
         # docs/election.md).
@@ -179,11 +180,13 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
         now = self.clock.now()
         # The mirror holds a whole reconcile under this verdict and peer id: changes only now.
         self._reconciled_as = (snap.meta.get("verdict"), snap.meta.get("peer_id"))
+        # Before anything fires: discard what a crash left prepared, close what it left running.
+        left = await self.db_call(Mirror.open_runs)
+        left = await self.timer.discard_prepared(left, snap.entries, snap.last_fired, now)
         self.sync_stage.restore(snap.meta, snap.tombstones)
         await self.sync_stage.load(db)
         self.apply.restore(snap.entries, now, snap.last_fired)
-        # Before anything fires: close what a crash left running.
-        await self.firing.close_interrupted(await self.db_call(Mirror.open_runs), now)
+        await self.firing.close_interrupted(left, now)
         await self.unit.commit(now)
         log.info(
             "mirror %s opened: %d records, %d entries restored, peer %s",
@@ -225,6 +228,7 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
+        self.timer.cancel_all("the daemon stops")
         await self.chat.stop()
         if runs := self.firing.in_flight:
             grace = self.config.grace_s
@@ -347,7 +351,7 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
 
     async def fire_due(self, now: float) -> list[str]:
         """Fire every entry due at or before `now`; return the run ids started."""
-        return await self.firing.fire_due(now, self.peer_id, self.gate.verdict)
+        return await self.timer.fire_now(now)
 
     async def drain_outbox(self) -> DrainResult | None:
         """Send what the outbox holds; note the acknowledged trigger writes in the cache."""

@@ -19,6 +19,7 @@ import dataclasses
 import functools
 import gc
 import logging
+import time
 import uuid
 from collections.abc import Callable, Coroutine, Iterable, Iterator
 from typing import Any
@@ -126,6 +127,8 @@ class Firing:
         self._retry_at: float | None = None
         """Monotonic time before which a fire that failed to commit is not tried again."""
         self._retry_s = 0.0
+        self.last_commit_s = 0.0
+        """How long the last commit of a fire's preparation took."""
 
     async def settle(self, grace_s: float, hurry: asyncio.Event) -> set[asyncio.Task[Any]]:
         """Wait up to `grace_s` for the runs in flight, or until `hurry` is set; return the
@@ -177,26 +180,50 @@ class Firing:
         """Fire every entry due at or before `now`; return the run ids started.
 
         The batch's runs are prepared and committed together, then every program is started
-        before anything else is done for any of them: in-process programs all begin at the
-        loop's next turn, and the batch's log lines are written after that. The garbage
-        collector waits while a batch is prepared and while it is started: a full collection
-        in the middle of a burst would hold up every program after it. When the commit
+        before anything else is done for any of them (`start_batch`). When the commit
         fails, nothing of the batch happened: its entries are due again, tried after
         `hold_s`.
         """
         self.watch_clock()
-        due = self.registry.pop_due(now)
-        if not due:
+        prepared = await self.prepare_batch(now, now, device, verdict)
+        if prepared is None:
             return []
-        undo = _Undo.of([entry for entry, _ in due], self.registry)
+        starts, _ = prepared
+        self.start_batch(starts)
+        await self.started(starts)
+        return [row.run_id for _, row, _ in starts]
+
+    async def prepare_batch(
+        self, due: float, now: float, device: str | None, verdict: str
+    ) -> tuple[list[Start], Undo] | None:
+        """Prepare every entry due at or before `due` and commit the batch in one
+        transaction; return its runs and what takes them back (None: nothing due, or the
+        commit failed and the batch was taken back). A batch due after `now` is prepared
+        ahead: its runs wait for `due` (`RunRow.prepared_for`), a `once`'s consumption is held
+        in the outbox until then, and nothing is laid over the cache yet.
+
+        The garbage collector waits while a batch is prepared: a full collection in the
+        middle of a burst would hold up every program after it.
+        """
+        popped = self.registry.pop_due(due)
+        if not popped:
+            return None
+        undo = Undo.of([entry for entry, _ in popped], self.registry)
+        ahead = due > now
         with _collector_held(), self.unit.apart() as apart:
             starts = [
                 s
-                for entry, at in due
-                if (s := self.prepare(entry, at, now, device, verdict)) is not None
+                for entry, at in popped
+                if (s := self.prepare(entry, at, now, device, verdict, ahead=ahead)) is not None
             ]
         if not await self._made_durable(apart, now, undo, len(starts)):
-            return []
+            return None
+        return starts, undo
+
+    def start_batch(self, starts: list[Start]) -> None:
+        """Start every program of a prepared batch, before anything else is done for any of
+        them: in-process programs all begin at the loop's next turn (no disk or network
+        work comes between)."""
         with _collector_held():
             runs = [
                 self.runner.start(self._request(row, args), self._on_start(row))
@@ -204,12 +231,14 @@ class Firing:
             ]
             for (entry, row, _), ended in zip(starts, runs, strict=True):
                 self._track(entry, row, ended)
+
+    async def started(self, starts: list[Start]) -> None:
+        """Let the programs of a batch just started take their turn, then log them."""
         try:
             await asyncio.sleep(0)  # the programs' turn comes first
         finally:
             for entry, row, _ in starts:
                 self._log_firing(entry, row)
-        return [row.run_id for _, row, _ in starts]
 
     def hold_s(self) -> float:
         """Return how long the timer waits before it tries again a fire whose commit failed
@@ -221,8 +250,9 @@ class Firing:
             return 0.0
         return max(0.0, self._retry_at - self.clock.monotonic())
 
-    async def _made_durable(self, apart: Apart, now: float, undo: _Undo, prepared: int) -> bool:
+    async def _made_durable(self, apart: Apart, now: float, undo: Undo, prepared: int) -> bool:
         """Commit a fire's preparation; on failure take it back and space the next try."""
+        began = time.perf_counter()
         try:
             await self.unit.commit_apart(apart, now)
         except CommitFailed:
@@ -232,6 +262,7 @@ class Firing:
             log.debug("%d fires wait for the mirror: tried again in %g s", undo.n, self._retry_s)
             return False
         self._retry_at, self._retry_s = None, 0.0
+        self.last_commit_s = time.perf_counter() - began
         return True
 
     async def run_now(self, trigger_id: str, device: str | None, verdict: str) -> str | None:
@@ -247,7 +278,7 @@ class Firing:
         task: asyncio.Task[None] | None = None
         try:
             now = self.clock.now()
-            undo = _Undo.of([entry], self.registry)
+            undo = Undo.of([entry], self.registry)
             with self.unit.apart() as apart:
                 start = self.prepare(entry, None, now, device, verdict)
             if start is None:
@@ -275,7 +306,7 @@ class Firing:
         started, also when its run could not be written to the mirror)."""
         # The run serves the message: its scheduledAt is the message's createdAt.
         at = message.created_at if message.created_at is not None else now
-        undo = _Undo.of([entry], self.registry)
+        undo = Undo.of([entry], self.registry)
         with self.unit.apart() as apart:
             start = self.prepare(entry, at, now, device, verdict)
         if start is None:
@@ -295,10 +326,22 @@ class Firing:
         return self.spawn(entry, row, args)
 
     def prepare(
-        self, entry: Entry, due: float | None, now: float, device: str | None, verdict: str
+        self,
+        entry: Entry,
+        due: float | None,
+        now: float,
+        device: str | None,
+        verdict: str,
+        *,
+        ahead: bool = False,
     ) -> Start | None:
         """Queue the run of `entry` due at `due` (None: by hand) in the unit of work; re-arm
-        a cron, consume a once. Return None when it does not run."""
+        a cron, consume a once. Return None when it does not run.
+
+        `ahead`: prepared before its due time, the run waits for it. A cron's overlap is
+        then judged when it starts; a `once` is consumed in the mirror and in a write held
+        until `due`, while the entry in memory stays unconsumed until the start.
+        """
         defn = entry.defn
         assert device is not None
         if due is not None:
@@ -311,15 +354,8 @@ class Firing:
             if defn.kind == Kind.CRON:
                 self.registry.arm(entry, max(now, due))
                 self.unit.save(entry.row)
-                if entry.running:
-                    self.stats.overlap_skips += 1
-                    self.stats.overlap_by_trigger[defn.id] += 1
-                    log.info(
-                        "skipped %s at %s: the previous run is still running",
-                        defn.id,
-                        iso_time(due),
-                        extra={"trigger": defn.id},
-                    )
+                if entry.running and not ahead:
+                    self.overlap_skipped(entry, due)
                     return None
                 if self.registry.refire(defn.id, due):
                     log.info(
@@ -330,13 +366,21 @@ class Firing:
                         extra={"trigger": defn.id},
                     )
                     return None
+            elif defn.kind == Kind.ONCE and ahead:
+                # Consumed durably before the due time, and on the server only from then on
+                # (a cancel before it takes both back).
+                entry.row.next_fire = None
+                self.unit.save(
+                    dataclasses.replace(entry.row, consumed=True, enabled=False, next_fire=None)
+                )
+                self.unit.hold_trigger(defn.id, consumption(due), due)
             elif defn.kind == Kind.ONCE:
                 # Consumed durably before the program starts: a crash never fires it twice.
                 entry.row.consumed = True
                 entry.row.enabled = False
                 entry.row.next_fire = None
                 self.unit.save(entry.row)
-                self.unit.write_trigger(defn.id, {"enabled": False, RollupField.LAST_RUN_AT: now})
+                self.unit.write_trigger(defn.id, consumption(now))
         self.stats.fires += 1
         row = RunRow(
             run_id=new_run_id(),
@@ -344,10 +388,38 @@ class Firing:
             program=defn.program,
             device=device,
             scheduled_at=due,
-            started_at=now,
+            started_at=due if ahead and due is not None else now,
+            prepared_for=due if ahead else None,
         )
         self.unit.save_run(row)
         return entry, row, dict(defn.args)
+
+    def overlap_skipped(self, entry: Entry, due: float) -> None:
+        """Count and log a cron occurrence skipped: the previous run still runs."""
+        self.stats.overlap_skips += 1
+        self.stats.overlap_by_trigger[entry.id] += 1
+        log.info(
+            "skipped %s at %s: the previous run is still running",
+            entry.id,
+            iso_time(due),
+            extra={"trigger": entry.id},
+        )
+
+    def note_started(self, starts: list[Start], dropped: list[RunRow], due: float) -> None:
+        """Note in the unit of work the runs of a batch prepared ahead that started (their
+        real `startedAt`, no longer waiting; a `once` consumed, laid over the cache as the
+        write held until now leaves) and drop those that did not."""
+        for entry, row, _ in starts:
+            row.prepared_for = None
+            self.unit.save_run(row)
+            if entry.defn.kind == Kind.ONCE:
+                entry.row.consumed, entry.row.enabled, entry.row.next_fire = True, False, None
+                self.records.write(entry.id, consumption(due))
+        for row in dropped:
+            self.unit.drop_run(row.run_id)
+            if row.trigger_id is not None:
+                self.unit.drop_held(row.trigger_id, due)
+            self.stats.fires -= 1
 
     def spawn(self, entry: Entry, row: RunRow, args: dict[str, Any]) -> asyncio.Task[None]:
         """Start a prepared run's program; return its task."""
@@ -552,17 +624,18 @@ class Firing:
 
 
 @dataclasses.dataclass(slots=True)
-class _Undo:
-    """What a fire changes in memory before its commit, to put back when the commit fails."""
+class Undo:
+    """What a fire changes in memory before its commit, to put back when the commit fails
+    or the fire is cancelled before its due time."""
 
-    rows: list[tuple[Entry, EntryRow]]
+    rows: dict[str, tuple[Entry, EntryRow]]
     last_fired: dict[str, float | None]
     n: int
 
     @classmethod
-    def of(cls, entries: list[Entry], registry: Registry) -> _Undo:
+    def of(cls, entries: list[Entry], registry: Registry) -> Undo:
         return cls(
-            [(e, dataclasses.replace(e.row)) for e in entries],
+            {e.id: (e, dataclasses.replace(e.row)) for e in entries},
             {e.id: registry.last_fired.get(e.id) for e in entries},
             len(entries),
         )
@@ -570,17 +643,31 @@ class _Undo:
     def take_back(self, registry: Registry, stats: Stats, prepared: int) -> None:
         """Put the entries back as they were, due at the time they were due, and uncount the
         `prepared` runs."""
-        for entry, row in self.rows:
-            for f in _ENTRY_FIELDS:
-                setattr(entry.row, f, getattr(row, f))
-            if registry.get(entry.id) is entry:
-                registry.schedule(entry)
-        for tid, at in self.last_fired.items():
-            if at is None:
-                registry.last_fired.pop(tid, None)
-            else:
-                registry.last_fired[tid] = at
+        for tid in list(self.rows):
+            self.take_back_one(tid, registry)
         stats.fires -= prepared
+
+    def take_back_one(self, trigger_id: str, registry: Registry) -> Entry | None:
+        """Put one entry back as it was (due again); return it."""
+        kept = self.rows.pop(trigger_id, None)
+        if kept is None:
+            return None
+        entry, row = kept
+        for f in _ENTRY_FIELDS:
+            setattr(entry.row, f, getattr(row, f))
+        if registry.get(entry.id) is entry:
+            registry.schedule(entry)
+        at = self.last_fired.pop(trigger_id, None)
+        if at is None:
+            registry.last_fired.pop(trigger_id, None)
+        else:
+            registry.last_fired[trigger_id] = at
+        return entry
+
+
+def consumption(at: float) -> dict[str, Any]:
+    """Return the fields that consume a `once` fired at `at`."""
+    return {"enabled": False, RollupField.LAST_RUN_AT: at}
 
 
 _ENTRY_FIELDS = tuple(f.name for f in dataclasses.fields(EntryRow))
@@ -593,4 +680,13 @@ def _with_line(output: str, line: str) -> str:
     return output + line
 
 
-__all__ = ["MAX_MANUAL_RUNS", "Firing", "NotDurable", "Start", "TooManyRuns", "new_run_id"]
+__all__ = [
+    "MAX_MANUAL_RUNS",
+    "Firing",
+    "NotDurable",
+    "Start",
+    "TooManyRuns",
+    "Undo",
+    "consumption",
+    "new_run_id",
+]

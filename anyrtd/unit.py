@@ -140,6 +140,23 @@ class Unit:
             self._apart.marks[rid] = self.records.mark(rid)
         self.records.write(rid, fields, unset)
 
+    def hold_trigger(self, rid: str, fields: Mapping[str, Any], until: float) -> None:
+        """Queue a field-level write of a trigger record that must not leave before `until`;
+        it is laid over the cache only when the caller says (`records.write`)."""
+        self._batch.held.append((TRIGGERS, rid, dict(fields), [], until))
+
+    def drop_run(self, run_id: str) -> None:
+        """Remove a run's row: a run prepared ahead that never started."""
+        self._batch.drop_runs.append(run_id)
+
+    def drop_held(self, rid: str, until: float) -> None:
+        """Remove the writes of `rid` held until `until` (their fire was taken back)."""
+        self._batch.drop_held.append((rid, until))
+
+    def kick(self) -> None:
+        """Wake the outbox drain (held writes came due)."""
+        self._on_outbox()
+
     @contextlib.contextmanager
     def apart(self) -> Iterator[Apart]:
         """Queue the writes made inside in a batch of their own, for `commit_apart`.
