@@ -129,6 +129,9 @@ class Firing:
         self._retry_s = 0.0
         self.last_commit_s = 0.0
         """How long the last commit of a fire's preparation took."""
+        self.on_clock_step: Callable[[], None] = lambda: None
+        """Called when the wall clock stepped back, before the entries are re-armed (the
+        timer cancels the runs it prepared under the later clock)."""
 
     async def settle(self, grace_s: float, hurry: asyncio.Event) -> set[asyncio.Task[Any]]:
         """Wait up to `grace_s` for the runs in flight, or until `hurry` is set; return the
@@ -165,6 +168,7 @@ class Firing:
         step = (mono - mark[1]) - (wall - mark[0])
         if step <= CLOCK_STEP_TOLERANCE_S:
             return 0.0
+        self.on_clock_step()
         moved = [e for e in self.registry.entries.values() if self.registry.pull_back(e, wall)]
         for entry in moved:
             self.unit.save(entry.row)

@@ -103,12 +103,12 @@ class Timer:
         self.prepared: list[Prepared] = []
         """Batches prepared ahead, by due time."""
         self._marking: set[asyncio.Task[None]] = set()
+        firing.on_clock_step = lambda: self.cancel_all("the wall clock stepped back")
 
     async def step(self) -> None:
         """Start a prepared batch whose due time came, prepare the next one when it is a
         lead away, fire what is due late; else sleep until one of those (or `rearm`)."""
-        if self.firing.watch_clock():
-            self.cancel_all("the wall clock stepped back")
+        self.firing.watch_clock()
         now = self.clock.now()
         ready = self.prepared[0] if self.prepared else None
         if ready is not None and ready.due <= now:

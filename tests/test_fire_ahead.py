@@ -278,3 +278,23 @@ def test_the_lead_grows_with_the_batch_and_the_measured_time_within_bounds() -> 
     assert LEAD_MIN_S < lead.of(1) < lead.of(1000) <= LEAD_MAX_S
     lead.note(100, prepare_s=5.0, commit_s=1.0)
     assert lead.of(10_000) == LEAD_MAX_S
+
+
+async def test_a_wall_clock_stepped_back_cancels_what_was_prepared_under_the_later_clock(
+    stage: Stage,
+) -> None:
+    stage.adopt(CRON)
+    due = stage.entry("tick").row.next_fire
+    assert due is not None
+    stage.clock.set(due - 0.5)
+    stage.firing.watch_clock()
+    await stage.timer.prepare(due, stage.clock.now())
+    assert stage.timer.prepared
+    stage.clock.set(due - 7200)  # two hours back
+    assert stage.firing.watch_clock() > 7000
+    assert stage.timer.prepared == []
+    await stage.unit.commit(stage.clock.now())
+    assert stage.sql("SELECT * FROM runs") == []
+    # Re-armed from the new time, not left at the occurrence of the later clock.
+    next_fire = stage.entry("tick").row.next_fire
+    assert next_fire is not None and next_fire <= stage.clock.now() + 60
