@@ -6,6 +6,8 @@ a crash left `running` is closed as `interrupted` at the next start
 (`close_interrupted`). A fire whose preparation cannot be committed (the disk is full) did
 not happen: its writes are dropped, the entries it touched are put back as they were, and
 it is tried again (`hold_s` spaces the tries) until the mirror takes it: late, not lost.
+A batch may be prepared ahead of its due time (`prepare_batch` with a due time after now;
+the timer, `anyrtd/timer.py`, decides when and starts it at its due time).
 The record's `startedAt` is the moment the program really started, noted by the runner;
 the fire lag is measured to it. The outcome goes to the mirror, and
 the run record and the trigger's rollup to the outbox.
