@@ -391,8 +391,10 @@ class Mirror:
     def runs(
         self, *, trigger_id: str | None = None, status: str | None = None, limit: int = 20
     ) -> list[RunRow]:
-        """Return the newest runs, optionally of one trigger and/or one status."""
-        q = select(runs_table).order_by(runs_table.c.started_at.desc()).limit(limit)
+        """Return the newest runs, optionally of one trigger and/or one status (a run prepared
+        ahead of its due time is not one until its program starts)."""
+        q = select(runs_table).where(runs_table.c.prepared_for.is_(None))
+        q = q.order_by(runs_table.c.started_at.desc()).limit(limit)
         if trigger_id is not None:
             q = q.where(runs_table.c.trigger_id == trigger_id)
         if status is not None:
