@@ -228,7 +228,7 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
-        self.timer.cancel_all("the daemon stops")
+        await self.timer.close("the daemon stops")
         await self.chat.stop()
         if runs := self.firing.in_flight:
             grace = self.config.grace_s

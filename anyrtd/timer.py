@@ -103,6 +103,7 @@ class Timer:
         self.prepared: list[Prepared] = []
         """Batches prepared ahead, by due time."""
         self._marking: set[asyncio.Task[None]] = set()
+        self._preparing: asyncio.Future[None] | None = None
         firing.on_clock_step = lambda: self.cancel_all("the wall clock stepped back")
 
     async def step(self) -> None:
@@ -145,7 +146,21 @@ class Timer:
         return started + await self.firing.fire_due(now, device, verdict)
 
     async def prepare(self, due: float, now: float) -> None:
-        """Prepare the batch due at `due` ahead of it, and keep it for its start."""
+        """Prepare the batch due at `due` ahead of it, and keep it for its start.
+
+        Shielded: a stop that comes during the commit waits for it (`close`), so what it
+        made durable is known and cancelled rather than left to a restart."""
+        self._preparing = asyncio.ensure_future(self._prepare(due, now))
+        await asyncio.shield(self._preparing)
+
+    async def close(self, why: str) -> None:
+        """Wait for a prepare in flight, then cancel every prepared run (the daemon stops)."""
+        if self._preparing is not None:
+            with contextlib.suppress(Exception):
+                await self._preparing
+        self.cancel_all(why)
+
+    async def _prepare(self, due: float, now: float) -> None:
         device, verdict = self.identity()
         began = time.perf_counter()
         prepared = await self.firing.prepare_batch(due, now, device, verdict)

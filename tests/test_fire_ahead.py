@@ -7,6 +7,8 @@ stand-in runner that notes when each program was started. The crashes of a real
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
@@ -298,3 +300,21 @@ async def test_a_wall_clock_stepped_back_cancels_what_was_prepared_under_the_lat
     # Re-armed from the new time, not left at the occurrence of the later clock.
     next_fire = stage.entry("tick").row.next_fire
     assert next_fire is not None and next_fire <= stage.clock.now() + 60
+
+
+async def test_a_stop_during_the_prepare_commit_waits_for_it_and_cancels_what_it_made(
+    stage: Stage,
+) -> None:
+    stage.adopt(ONCE)
+    stage.clock.set(AT - 0.5)
+    preparing = asyncio.create_task(stage.timer.prepare(AT, stage.clock.now()))
+    await asyncio.sleep(0)  # the commit is in flight on the mirror's thread
+    preparing.cancel()  # the daemon stops: its timer task is cancelled
+    with contextlib.suppress(asyncio.CancelledError):
+        await preparing
+    await stage.timer.close("the daemon stops")
+    await stage.unit.commit(stage.clock.now())
+    assert stage.timer.prepared == []
+    assert stage.sql("SELECT * FROM runs") == []
+    assert await stage.held(AT + 1) == []
+    assert stage.sql("SELECT consumed, next_fire FROM entries") == [(0, AT)]
