@@ -151,6 +151,7 @@ async def test_a_batch_is_durable_before_its_due_time_and_starts_with_no_write_b
         ("shot", RunStatus.RUNNING, AT)
     ]
     assert stage.sql("SELECT consumed FROM entries WHERE trigger_id = 'shot'") == [(1,)]
+    assert await stage.db.call(lambda m: m.runs()) == []  # not started: not listed yet
     assert await stage.held(AT - 0.01) == []
     assert await stage.held(AT) == [("shot", {"enabled": False, "lastRunAt": AT})]
     assert stage.runner.started == {}

@@ -13,8 +13,10 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pytest
+from test_control_port import FakePort
 
 from anyrtd.clock import FakeClock
+from anyrtd.control.api import make_app
 from anyrtd.events import ChatMessage
 from anyrtd.firing import Firing, NotDurable
 from anyrtd.metrics import Stats
@@ -208,3 +210,23 @@ async def test_a_commit_that_fails_raises_commit_failed_and_keeps_the_step_pendi
     await stage.unit.commit(T0 + 1)
     assert stage.unit.failing is None and len(stage.mirror.batches) == 1
     await asyncio.sleep(0)
+
+
+class FullDiskPort(FakePort):
+    """The control API's fake port, whose manual runs cannot be written to the mirror."""
+
+    async def run_now(self, trigger_id: str) -> str | None:
+        raise NotDurable(trigger_id, CommitFailed("database or disk is full"))
+
+
+async def test_run_now_while_the_mirror_cannot_be_written_is_503_not_durable(
+    aiohttp_client: Any,
+) -> None:
+    port = FullDiskPort()
+    port.put("daily", adopt=True, kind="cron", spec={"cron": "0 9 * * *"}, program="x:y@v1")
+    http = await aiohttp_client(make_app(port))
+    resp = await http.post("/triggers/daily/run")
+    assert resp.status == 503
+    error = (await resp.json())["error"]
+    assert error["code"] == "not_durable"
+    assert "was not started" in error["message"] and "disk is full" in error["message"]
