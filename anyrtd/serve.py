@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import resource
 import signal
 from collections.abc import Callable
 
@@ -73,6 +74,26 @@ def watchdog_stall_after(tick_s: float, watchdog_interval: float | None) -> floa
     return max(3 * tick_s, watchdog_s)
 
 
+def raise_nofile_limit() -> int:
+    """Raise the soft limit on open files to the hard limit, as systemd-era daemons do;
+    return the soft limit now in force.
+
+    systemd starts services with a soft limit of 1,024 (for `select()`, which anyrtd does
+    not use) and a hard limit far above it (`LimitNOFILE=`); the control API's connection
+    cap is derived from what this returns (docs/service.md, File descriptors).
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft == hard or soft == resource.RLIM_INFINITY:
+        return soft
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (OSError, ValueError) as exc:
+        log.warning("cannot raise the open-file limit from %d to %d: %s", soft, hard, exc)
+        return soft
+    log.debug("open-file limit raised from %d to %d", soft, hard)
+    return hard
+
+
 async def start_daemon(config: Config) -> tuple[Daemon, ControlServer]:
     """Open the mirror, listen on the control API and run the first reconcile.
 
@@ -80,6 +101,7 @@ async def start_daemon(config: Config) -> tuple[Daemon, ControlServer]:
     unwritable, its schema not at head) or the control API cannot listen; what was started
     is stopped again.
     """
+    raise_nofile_limit()
     client = ServerClient(config.server)
     daemon = Daemon(config, client=client, gate=Election(client, poll_s=config.election_poll_s))
     try:

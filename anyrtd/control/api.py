@@ -18,6 +18,7 @@ from aiohttp import web
 
 from anyrtd import __version__
 from anyrtd.client import ServerError, ServerUnavailable
+from anyrtd.control.gate import ConnectionGate, Pacer
 from anyrtd.control.guard import (
     GUARD,
     MAX_BODY,
@@ -70,10 +71,27 @@ class BadRequest(Exception):
         self.code = code
 
 
-def make_app(port: Port, guard: Guard | None = None) -> web.Application:
-    """Build the control API application on `port` (the daemon, or a fake of it)."""
+def make_app(
+    port: Port,
+    guard: Guard | None = None,
+    *,
+    gate: ConnectionGate | None = None,
+    pacer: Pacer | None = None,
+) -> web.Application:
+    """Build the control API application on `port` (the daemon, or a fake of it).
+
+    `gate` is the connection gate the app is served behind, if any; `pacer` spreads the
+    requests' work over the loop's turns (a fresh one when not given).
+    """
+    pacer = pacer or Pacer()
     app = web.Application(
-        middlewares=[errors_middleware, guard_middleware, _bad_request_middleware],
+        middlewares=[
+            *([gate.track] if gate is not None else []),
+            errors_middleware,
+            guard_middleware,
+            pacer.middleware,
+            _bad_request_middleware,
+        ],
         client_max_size=MAX_BODY,
     )
     app[PORT] = port

@@ -1,7 +1,9 @@
-"""Serve the control API inside the daemon's loop: an `AppRunner` with a TCP or unix-socket site."""
+"""Serve the control API inside the daemon's loop: an `AppRunner` behind a connection gate,
+on a TCP or unix-socket listener."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import logging
@@ -21,6 +23,7 @@ from anyrtd.address import (
     read_token,
 )
 from anyrtd.control.api import make_app
+from anyrtd.control.gate import ConnectionGate, connection_limit, nofile_soft_limit
 from anyrtd.control.guard import PROTOCOL_LOG, Guard
 from anyrtd.port import Port
 
@@ -42,6 +45,8 @@ class ControlServer:
         self.address: TcpAddress | UnixAddress | None = None
         self._runner: web.AppRunner | None = None
         self._socket_path: Path | None = None
+        self._listener: asyncio.Server | None = None
+        self._gate: ConnectionGate | None = None
 
     @property
     def url(self) -> str:
@@ -70,26 +75,32 @@ class ControlServer:
                     "set token_file in the config",
                     address,
                 )
+        self._gate = gate = ConnectionGate(
+            self._make_protocol, limit=connection_limit(nofile_soft_limit())
+        )
         runner = web.AppRunner(
-            make_app(self.port, Guard(token=token, unix=unix, extra_hosts=extra)),
+            make_app(self.port, Guard(token=token, unix=unix, extra_hosts=extra), gate=gate),
             access_log=None,
             handle_signals=False,
             logger=PROTOCOL_LOG,
         )
         await runner.setup()
+        self._runner = runner
+        loop = asyncio.get_running_loop()
         try:
             if isinstance(address, UnixAddress):
                 sock = _bind_unix(address.path)
                 self._socket_path = address.path
-                site: web.BaseSite = web.SockSite(runner, sock)
+                self._listener = await loop.create_server(gate, sock=sock)
             else:
-                site = web.TCPSite(runner, address.host, address.port, reuse_address=True)
-            await site.start()
+                self._listener = await loop.create_server(
+                    gate, address.host, address.port, reuse_address=True
+                )
         except ControlStartError:
-            await runner.cleanup()
+            await self.stop()
             raise
         except OSError as exc:
-            await runner.cleanup()
+            await self.stop()
             hint = (
                 "is another anyrtd running? stop it or pick another --listen"
                 if exc.errno == errno.EADDRINUSE
@@ -98,18 +109,35 @@ class ControlServer:
             raise ControlStartError(
                 f"cannot listen on {address}: {exc.strerror or exc}; {hint}"
             ) from None
-        self._runner = runner
         if isinstance(address, TcpAddress):
-            bound = runner.addresses[0]
+            bound = self._listener.sockets[0].getsockname()
             address = TcpAddress(address.host, int(bound[1]))
         self.address = address
         log.info("control API listening on %s%s", address, " (bearer token)" if token else "")
 
+    def _make_protocol(self) -> asyncio.Protocol:
+        """Return aiohttp's protocol for one admitted connection."""
+        assert self._runner is not None and self._runner.server is not None
+        return self._runner.server()
+
+    @property
+    def gate(self) -> ConnectionGate:
+        """Return the connection gate (started only)."""
+        assert self._gate is not None, "the control API is not started"
+        return self._gate
+
     async def stop(self) -> None:
-        """Stop listening and remove the socket file."""
+        """Stop listening, close the connections and remove the socket file."""
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.close()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if listener is not None:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(5):
+                    await listener.wait_closed()
         if self._socket_path is not None:
             with contextlib.suppress(FileNotFoundError):
                 self._socket_path.unlink()
