@@ -74,6 +74,10 @@ def watchdog_stall_after(tick_s: float, watchdog_interval: float | None) -> floa
     return max(3 * tick_s, watchdog_s)
 
 
+NOFILE_WHEN_UNLIMITED = 65536
+"""The soft open-file limit taken where the hard one is unlimited."""
+
+
 def raise_nofile_limit() -> int:
     """Raise the soft limit on open files to the hard limit, as systemd-era daemons do;
     return the soft limit now in force.
@@ -83,15 +87,17 @@ def raise_nofile_limit() -> int:
     cap is derived from what this returns (docs/service.md, File descriptors).
     """
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or soft == hard or soft == resource.RLIM_INFINITY:
+    # An unlimited hard limit (macOS) cannot be the soft one: take a large finite number.
+    target = NOFILE_WHEN_UNLIMITED if hard == resource.RLIM_INFINITY else hard
+    if soft == resource.RLIM_INFINITY or soft >= target:
         return soft
     try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
     except (OSError, ValueError) as exc:
-        log.warning("cannot raise the open-file limit from %d to %d: %s", soft, hard, exc)
+        log.warning("cannot raise the open-file limit from %d to %d: %s", soft, target, exc)
         return soft
-    log.debug("open-file limit raised from %d to %d", soft, hard)
-    return hard
+    log.debug("open-file limit raised from %d to %d", soft, target)
+    return target
 
 
 async def start_daemon(config: Config) -> tuple[Daemon, ControlServer]:

@@ -23,11 +23,20 @@ from anyrtd.address import (
     read_token,
 )
 from anyrtd.control.api import make_app
-from anyrtd.control.gate import ConnectionGate, connection_limit, nofile_soft_limit
+from anyrtd.control.gate import (
+    HEAD_TIMEOUT_S,
+    ConnectionGate,
+    connection_limit,
+    nofile_soft_limit,
+)
 from anyrtd.control.guard import PROTOCOL_LOG, Guard
 from anyrtd.port import Port
 
 log = logging.getLogger("anyrtd.control")
+
+
+LINGER_S = 2.0
+"""How long the rest of a refused body is read (and dropped) before the connection is closed."""
 
 
 class ControlStartError(Exception):
@@ -36,10 +45,24 @@ class ControlStartError(Exception):
 
 class ControlServer:
     """The control API's listener on `listen` (`host:port` or `unix:PATH`): start after
-    `Daemon.open()`, stop before `Daemon.stop()`."""
+    `Daemon.open()`, stop before `Daemon.stop()`.
 
-    def __init__(self, port: Port, listen: str, token_file: Path | None = None) -> None:
+    At most `max_connections` at once (by default derived from `RLIMIT_NOFILE`), each
+    closed when it sends no whole request head for `head_timeout_s` (`anyrtd.control.gate`).
+    """
+
+    def __init__(
+        self,
+        port: Port,
+        listen: str,
+        token_file: Path | None = None,
+        *,
+        max_connections: int | None = None,
+        head_timeout_s: float = HEAD_TIMEOUT_S,
+    ) -> None:
         self.port = port
+        self.max_connections = max_connections
+        self.head_timeout_s = head_timeout_s
         self.listen = listen
         self.token_file = token_file
         self.address: TcpAddress | UnixAddress | None = None
@@ -76,13 +99,16 @@ class ControlServer:
                     address,
                 )
         self._gate = gate = ConnectionGate(
-            self._make_protocol, limit=connection_limit(nofile_soft_limit())
+            self._make_protocol,
+            limit=self.max_connections or connection_limit(nofile_soft_limit()),
+            head_timeout_s=self.head_timeout_s,
         )
         runner = web.AppRunner(
             make_app(self.port, Guard(token=token, unix=unix, extra_hosts=extra), gate=gate),
             access_log=None,
             handle_signals=False,
             logger=PROTOCOL_LOG,
+            lingering_time=LINGER_S,
         )
         await runner.setup()
         self._runner = runner

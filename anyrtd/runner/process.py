@@ -71,6 +71,11 @@ SPAWN_RETRY_S = (0.05, 1.0)
 """The first and the longest wait between two tries to start a command while out of them."""
 
 
+def out_of_descriptors(exc: BaseException) -> bool:
+    """Return whether `exc` says the daemon (or the system) is out of file descriptors."""
+    return isinstance(exc, OSError) and exc.errno in OUT_OF_DESCRIPTORS
+
+
 class OutOfDescriptors(Exception):
     """The daemon had no file descriptor to start a command with until its run was stopped."""
 
@@ -100,7 +105,7 @@ async def spawn_in_group(
             before_spawn()
             return await _spawn(argv, cwd=cwd, env=env, pipes=pipes)
         except OSError as exc:
-            if exc.errno not in OUT_OF_DESCRIPTORS:
+            if not out_of_descriptors(exc):
                 raise
             tries += 1
             if tries == 1:

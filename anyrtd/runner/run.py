@@ -33,6 +33,7 @@ from anyrtd.runner.process import (
     exit_message,
     feed_stdin,
     kill_group,
+    out_of_descriptors,
     spawn_in_group,
 )
 from anyrtd.runner.resolve import Program, ProgramTable
@@ -225,7 +226,7 @@ class Runner:
             capture.add_line("".join(traceback.format_exception(exc)))
             ended = _Ended(
                 RunStatus.FAILED,
-                type(exc).__name__,
+                DAEMON_FAULT if out_of_descriptors(exc) else type(exc).__name__,
                 f"anyrtd runner error: {one_line(str(exc), '')}",
             )
         finally:
