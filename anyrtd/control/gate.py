@@ -18,8 +18,10 @@ using it (docs/control-api.md, Limits).
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import resource
+import socket
 import time
 from collections import deque
 from collections.abc import Callable
@@ -33,6 +35,14 @@ log = logging.getLogger("anyrtd.control")
 
 HEAD_TIMEOUT_S = 10.0
 """How long a connection may take to send a whole request head, or stay idle between requests."""
+EVICT_IDLE_S = 0.25
+"""How long a connection must have had no request in progress before a new one may take its
+place: far longer than a busy client takes between two requests."""
+BACKLOG = 128
+ACCEPTS_PER_TURN = 16
+"""How many connections are accepted in one turn of the event loop."""
+ACCEPT_RETRY_S = 1.0
+"""How long accepting pauses after the process ran out of descriptors to accept with."""
 MAX_CONNECTIONS = 128
 """The most control connections at once, however many descriptors the process may open."""
 MIN_CONNECTIONS = 8
@@ -71,20 +81,20 @@ def connection_limit(nofile: int) -> int:
 class _Connection(asyncio.Protocol):
     """One control connection: counted by the gate, handed to aiohttp's protocol once admitted."""
 
-    __slots__ = ("_deadline", "_gate", "busy", "inner", "opened", "transport")
+    __slots__ = ("_deadline", "_gate", "busy", "idle_since", "inner", "transport")
 
     def __init__(self, gate: ConnectionGate) -> None:
         self._gate = gate
         self.inner: asyncio.Protocol | None = None
         self.transport: asyncio.Transport | None = None
-        self.opened = 0.0
+        self.idle_since = 0.0
         self.busy = 0
         self._deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
-        self.opened = time.monotonic()
+        self.idle_since = time.monotonic()
         if not self._gate.admit(self):
             transport.write(BUSY)
             transport.close()
@@ -111,9 +121,9 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.disarm()
-        self._gate.release(self)
         inner, self.inner = self.inner, None
         self.transport = None
+        self._gate.release(self, inner)
         if inner is not None:
             inner.connection_lost(exc)
 
@@ -140,7 +150,8 @@ class _Connection(asyncio.Protocol):
 
 
 class ConnectionGate:
-    """The protocol factory the control API listens with (see the module's docstring)."""
+    """The protocol factory the control API's connections are made with (see the module's
+    docstring); `Acceptor` asks it whether there is room before it accepts one."""
 
     def __init__(
         self,
@@ -152,6 +163,10 @@ class ConnectionGate:
         self.make_protocol = make_protocol
         self.limit = limit
         self.head_timeout_s = head_timeout_s
+        self.on_room: Callable[[], None] | None = None
+        """Called when a connection ends (the acceptor resumes, if it had paused)."""
+        self.accepting = 0
+        """Connections accepted whose protocol is not made yet."""
         self._open: dict[_Connection, None] = {}  # in the order they opened: oldest first
         self._by_protocol: dict[object, _Connection] = {}
         self.refused = 0
@@ -165,32 +180,56 @@ class ConnectionGate:
     def open_connections(self) -> int:
         return len(self._open)
 
+    def has_room(self) -> bool:
+        """Return whether one more connection may be accepted now."""
+        need = len(self._open) + self.accepting + 1 - self.limit
+        if need <= 0:
+            return True
+        now = time.monotonic()
+        found = 0
+        for conn in self._open:  # the ones accepted and not yet admitted take theirs first
+            if conn.busy == 0 and now - conn.idle_since >= EVICT_IDLE_S:
+                found += 1
+                if found >= need:
+                    return True
+        return False
+
+    def _evictable(self, now: float) -> _Connection | None:
+        """Return the oldest connection idle for `EVICT_IDLE_S`, if any."""
+        for conn in self._open:
+            if conn.busy == 0 and now - conn.idle_since >= EVICT_IDLE_S:
+                return conn
+        return None
+
     def admit(self, conn: _Connection) -> bool:
-        """Count `conn` in, closing the oldest idle connection to make room; False when all
-        `limit` are busy."""
+        """Count `conn` in, closing the oldest idle connection to make room; False when there
+        is none to close."""
         if len(self._open) >= self.limit:
-            idle = next((c for c in self._open if c.busy == 0), None)
+            idle = self._evictable(time.monotonic())
             if idle is None:
                 self.refused += 1
                 return False
             self.evicted += 1
-            self._forget(idle)
+            self._forget(idle, idle.inner)
             idle.disarm()
             idle.close()
         self._open[conn] = None
         return True
 
-    def release(self, conn: _Connection) -> None:
-        self._forget(conn)
-
-    def _forget(self, conn: _Connection) -> None:
-        self._open.pop(conn, None)
-        if conn.inner is not None:
-            self._by_protocol.pop(conn.inner, None)
-
     def register(self, conn: _Connection) -> None:
         """Note which aiohttp protocol serves `conn`, for the middleware to find it."""
         self._by_protocol[conn.inner] = conn
+
+    def release(self, conn: _Connection, inner: object) -> None:
+        """Forget a connection that ended; there is room again."""
+        self._forget(conn, inner)
+        if self.on_room is not None:
+            self.on_room()
+
+    def _forget(self, conn: _Connection, inner: object) -> None:
+        self._open.pop(conn, None)
+        if inner is not None:
+            self._by_protocol.pop(inner, None)
 
     @web.middleware
     async def track(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -204,25 +243,136 @@ class ConnectionGate:
             return await handler(request)
         finally:
             conn.busy -= 1
-            if conn.busy == 0 and conn.transport is not None:
-                conn.arm()
+            if conn.busy == 0:
+                conn.idle_since = time.monotonic()
+                if conn.transport is not None:
+                    conn.arm()
+
+
+class Acceptor:
+    """Accept connections on listening sockets while the gate has room, and stop accepting
+    while it has none.
+
+    A connection the gate has no room for stays in the kernel's queue (`BACKLOG`), costing
+    the daemon nothing, instead of being accepted only to be closed: a thousand clients
+    retrying at once would otherwise keep the event loop busy accepting.
+    """
+
+    def __init__(self, gate: ConnectionGate, sockets: list[socket.socket]) -> None:
+        self._gate = gate
+        self._sockets = sockets
+        self._loop = asyncio.get_running_loop()
+        self._paused = True
+        self._poll: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        gate.on_room = self._room
+
+    @property
+    def sockets(self) -> list[socket.socket]:
+        return list(self._sockets)
+
+    def start(self) -> None:
+        for sock in self._sockets:
+            sock.setblocking(False)
+            sock.listen(BACKLOG)
+        self._resume()
+
+    def close(self) -> None:
+        """Stop accepting and close the listening sockets."""
+        self._pause()
+        if self._poll is not None:
+            self._poll.cancel()
+            self._poll = None
+        self._gate.on_room = None
+        for sock in self._sockets:
+            sock.close()
+        self._sockets = []
+
+    def _resume(self) -> None:
+        if self._paused and self._sockets:
+            self._paused = False
+            for sock in self._sockets:
+                self._loop.add_reader(sock.fileno(), self._accept, sock)
+
+    def _pause(self) -> None:
+        if not self._paused:
+            self._paused = True
+            for sock in self._sockets:
+                self._loop.remove_reader(sock.fileno())
+
+    def _room(self) -> None:
+        if self._paused and self._sockets and self._gate.has_room():
+            if self._poll is not None:
+                self._poll.cancel()
+                self._poll = None
+            self._resume()
+
+    def _wait_for_room(self, after: float) -> None:
+        """Pause; look again after `after` s (an idle connection may have become evictable)."""
+        self._pause()
+        if self._poll is None:
+            self._poll = self._loop.call_later(after, self._look_again)
+
+    def _look_again(self) -> None:
+        self._poll = None
+        if self._gate.has_room():
+            self._resume()
+        else:
+            self._wait_for_room(EVICT_IDLE_S / 2)
+
+    def _accept(self, sock: socket.socket) -> None:
+        for _ in range(ACCEPTS_PER_TURN):
+            if not self._gate.has_room():
+                self._wait_for_room(EVICT_IDLE_S / 2)
+                return
+            try:
+                conn, _ = sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    log.warning(
+                        "control API: cannot accept a connection: %s; pausing %g s",
+                        exc.strerror,
+                        ACCEPT_RETRY_S,
+                    )
+                    self._wait_for_room(ACCEPT_RETRY_S)
+                    return
+                continue  # ECONNABORTED and the like: that client is gone
+            conn.setblocking(False)
+            self._gate.accepting += 1
+            task = self._loop.create_task(self._connect(conn))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _connect(self, conn: socket.socket) -> None:
+        try:
+            await self._loop.connect_accepted_socket(self._gate, sock=conn)
+        except OSError:
+            conn.close()
+        finally:
+            self._gate.accepting -= 1
 
 
 class Pacer:
-    """Let at most `per_turn` requests start their work in one turn of the event loop.
+    """Let at most `per_turn` requests start their work in one turn of the event loop, and
+    leave the loop as long again to itself before the next ones start.
 
     A handler that builds its answer without awaiting (the trigger list, say) runs to its
     end in the turn it starts in, and the timer's callbacks run only between turns: with
     a thousand requests ready at once, one turn would take seconds. Those past the first
-    `per_turn` wait on a future, which costs the loop nothing, and start in later turns,
-    `per_turn` at a time, first come first served.
+    `per_turn` wait on a future, which costs the loop nothing, first come first served;
+    while requests wait, each batch is followed by a pause as long as its turn took, so
+    the control API takes at most about half of the loop's time and anything else that
+    comes due waits for one batch at most.
     """
 
     def __init__(self, per_turn: int = REQUESTS_PER_TURN) -> None:
         self.per_turn = per_turn
         self._started = 0
         self._waiting: deque[asyncio.Future[None]] = deque()
-        self._next_turn: asyncio.Handle | None = None
+        self._next_turn: asyncio.TimerHandle | asyncio.Handle | None = None
+        self._batch_at: float | None = None
         self.waited = 0
 
     async def turn(self) -> None:
@@ -243,12 +393,23 @@ class Pacer:
 
     def _new_turn(self) -> None:
         self._next_turn = None
+        now = time.perf_counter()
+        if self._batch_at is not None:
+            spent, self._batch_at = now - self._batch_at, None
+            if self._waiting and spent > 0.0005:
+                # The last batch ran in the turn that just ended: give the loop as long.
+                self._started = self.per_turn
+                loop = asyncio.get_running_loop()
+                self._next_turn = loop.call_later(min(spent, 0.1), self._new_turn)
+                return
         self._started = 0
         while self._waiting and self._started < self.per_turn:
             waiter = self._waiting.popleft()
             if not waiter.done():  # a cancelled one (its client went away) gives its place
                 waiter.set_result(None)
                 self._started += 1
+        if self._started and self._waiting:
+            self._batch_at = now
         if self._waiting or self._started:
             self._at_next_turn()
 

@@ -208,6 +208,10 @@ async def body_refusal(request: web.Request) -> web.Response | None:
         return _too_large(None)
     except TimeoutError:
         return _too_slow()
+    except ConnectionResetError:  # the client went away mid-body: nobody reads an answer
+        response = error_response(400, "bad_request", "the connection closed mid-body")
+        response.force_close()
+        return response
     return _too_large(len(body)) if len(body) > MAX_BODY else None
 
 

@@ -25,6 +25,7 @@ from anyrtd.address import (
 from anyrtd.control.api import make_app
 from anyrtd.control.gate import (
     HEAD_TIMEOUT_S,
+    Acceptor,
     ConnectionGate,
     connection_limit,
     nofile_soft_limit,
@@ -68,7 +69,7 @@ class ControlServer:
         self.address: TcpAddress | UnixAddress | None = None
         self._runner: web.AppRunner | None = None
         self._socket_path: Path | None = None
-        self._listener: asyncio.Server | None = None
+        self._acceptor: Acceptor | None = None
         self._gate: ConnectionGate | None = None
 
     @property
@@ -112,16 +113,12 @@ class ControlServer:
         )
         await runner.setup()
         self._runner = runner
-        loop = asyncio.get_running_loop()
         try:
             if isinstance(address, UnixAddress):
-                sock = _bind_unix(address.path)
+                sockets = [_bind_unix(address.path)]
                 self._socket_path = address.path
-                self._listener = await loop.create_server(gate, sock=sock)
             else:
-                self._listener = await loop.create_server(
-                    gate, address.host, address.port, reuse_address=True
-                )
+                sockets = await asyncio.to_thread(_bind_tcp, address.host, address.port)
         except ControlStartError:
             await self.stop()
             raise
@@ -135,8 +132,10 @@ class ControlServer:
             raise ControlStartError(
                 f"cannot listen on {address}: {exc.strerror or exc}; {hint}"
             ) from None
+        self._acceptor = Acceptor(gate, sockets)
+        self._acceptor.start()
         if isinstance(address, TcpAddress):
-            bound = self._listener.sockets[0].getsockname()
+            bound = sockets[0].getsockname()
             address = TcpAddress(address.host, int(bound[1]))
         self.address = address
         log.info("control API listening on %s%s", address, " (bearer token)" if token else "")
@@ -154,20 +153,37 @@ class ControlServer:
 
     async def stop(self) -> None:
         """Stop listening, close the connections and remove the socket file."""
-        listener, self._listener = self._listener, None
-        if listener is not None:
-            listener.close()
+        acceptor, self._acceptor = self._acceptor, None
+        if acceptor is not None:
+            acceptor.close()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
-        if listener is not None:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(5):
-                    await listener.wait_closed()
         if self._socket_path is not None:
             with contextlib.suppress(FileNotFoundError):
                 self._socket_path.unlink()
             self._socket_path = None
+
+
+def _bind_tcp(host: str, port: int) -> list[socket.socket]:
+    """Bind a socket on every address `host` names (IPv4 and IPv6 for `localhost`)."""
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, where in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            if port == 0 and len(sockets) > 1:  # the port the first address got, on every one
+                where = (where[0], sockets[0].getsockname()[1], *where[2:])
+            sock.bind(where)
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
 
 
 def _bind_unix(path: Path) -> socket.socket:
