@@ -1,18 +1,19 @@
 """What keeps the control API from eating the daemon: a cap on its connections, deadlines
-for the requests on them, and a cap on the handlers that run at once.
+for the requests on them, and a pace for the work they bring.
 
 Each connection costs a file descriptor, and the daemon's runs and mirror need theirs: a
 client that opens hundreds of connections and sends half a request on each must not
 take them all. The gate admits at most `limit` connections (derived from the process's
 `RLIMIT_NOFILE`, `connection_limit`); when they are all taken, a new one takes the place
-of the oldest connection that is not in the middle of a request, and only when every one
-is busy is the new one answered 503 and closed at once. A connection must send a whole
-request head within `head_timeout_s` of opening (or of its previous answer), and a body
-within `body_timeout_s` (`guard.body_refusal`), or it is closed.
+of the oldest connection that has had no request in progress for `EVICT_IDLE_S`, and
+when there is none, `Acceptor` stops accepting until there is (the kernel holds the new
+ones meanwhile). A connection must send a whole request head within `head_timeout_s` of
+opening (or of its previous answer), and a body within `guard.BODY_TIMEOUT_S`
+(`guard.body_refusal`), or it is closed.
 
 A flood of requests must not hold the event loop the timer fires from: `Pacer` lets a
-few requests start in each turn of the loop; the others wait for later turns without
-using it (docs/control-api.md, Limits).
+few requests start in each turn of the loop, and leaves the loop alone as long again;
+the others wait for later turns without using it (docs/control-api.md, Limits).
 """
 
 from __future__ import annotations
