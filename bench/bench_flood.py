@@ -1,7 +1,9 @@
 """Benchmark an every-second trigger's timing while `GET /triggers` floods the control API.
 
 Run: `python bench/bench_flood.py [--triggers 1000] [--concurrency 1000] [--flood 10]
-[--json FILE]` (issue 15, item 5).
+[--idle N] [--nofile N] [--json FILE]` (issue 15, items 4 and 5). With `--idle 1100
+--nofile 1024 --concurrency 0` it holds 1,100 half-sent requests open for `--flood`
+seconds instead of flooding, against a daemon limited to 1,024 descriptors.
 
 Three processes beside this one: the devserver, a real `anyrtd serve` (TCP control API)
 holding `--triggers` adopted triggers (every day, so `GET /triggers` is heavy but they do
@@ -114,7 +116,9 @@ def start_devserver(db: Path) -> tuple[subprocess.Popen[str], str, str]:
     raise RuntimeError("the devserver did not start")
 
 
-def start_serve(tmp: Path, url: str) -> tuple[subprocess.Popen[bytes], str, Path]:
+def start_serve(
+    tmp: Path, url: str, nofile: int | None = None
+) -> tuple[subprocess.Popen[bytes], str, Path]:
     config = tmp / "anyrtd.toml"
     config.write_text('[programs."bench:true@v1"]\nargv = ["/bin/true"]\n')
     log = tmp / "serve.log"
@@ -134,6 +138,7 @@ def start_serve(tmp: Path, url: str) -> tuple[subprocess.Popen[bytes], str, Path
             ],
             stdout=subprocess.DEVNULL,
             stderr=err,
+            preexec_fn=None if nofile is None else lambda: limit_nofile(nofile),
         )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -144,6 +149,48 @@ def start_serve(tmp: Path, url: str) -> tuple[subprocess.Popen[bytes], str, Path
             raise RuntimeError(f"anyrtd serve exited:\n{log.read_text()}")
         time.sleep(0.1)
     raise RuntimeError("anyrtd serve did not listen")
+
+
+def limit_nofile(n: int) -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
+
+
+async def hold_idle(control: str, n: int) -> list[asyncio.StreamWriter]:
+    """Open `n` connections at once, each sending half a request head and nothing more;
+    return those that got in within 3 s."""
+    host, _, port = control.removeprefix("http://").rpartition(":")
+
+    async def one() -> asyncio.StreamWriter | None:
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), 3)
+        except (OSError, TimeoutError):
+            return None  # the kernel's queue is full: that one never got in
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        return writer
+
+    return [w for w in await asyncio.gather(*(one() for _ in range(n))) if w is not None]
+
+
+async def watch_health(control: str, until: float) -> dict[str, Any]:
+    """GET /healthz twice a second until `until`; return its latency and failures."""
+    latencies: list[float] = []
+    failures = 0
+    async with httpx.AsyncClient(base_url=control, timeout=5) as c:
+        while time.time() < until:
+            t0 = time.perf_counter()
+            try:
+                ok = (await c.get("/healthz")).status_code == 200
+            except httpx.HTTPError:
+                ok = False
+            latencies.append((time.perf_counter() - t0) * 1000)
+            failures += not ok
+            await asyncio.sleep(0.5)
+    return {
+        "checks": len(latencies),
+        "failed": failures,
+        "p50_ms": round(pct(latencies, 50) or 0, 1),
+        "max_ms": round(max(latencies), 1) if latencies else None,
+    }
 
 
 async def seed(url: str, peer: str, n: int) -> None:
@@ -233,29 +280,38 @@ async def wait_adopted(control: str, want: int) -> None:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, args.idle + 1024)), hard))
     tmp = Path(tempfile.mkdtemp(prefix="bench-flood-"))
     devserver, peer, url = start_devserver(tmp / "dev.sqlite3")
     serve: subprocess.Popen[bytes] | None = None
     try:
         await seed(url, peer, args.triggers)
-        serve, control, log = start_serve(tmp, url)
+        serve, control, log = start_serve(tmp, url, args.nofile)
         await wait_adopted(control, args.triggers + 1)
         t_before = time.time()
         await asyncio.sleep(args.calm)
         cpu0, t_flood = cpu_s(serve.pid), time.time()
         load_avg = os.getloadavg()[0]
-        loader = await asyncio.create_subprocess_exec(
-            sys.executable,
-            __file__,
-            "--load",
-            control,
-            "--concurrency",
-            str(args.concurrency),
-            "--flood",
-            str(args.flood),
-            stdout=subprocess.PIPE,
-        )
-        out, _ = await loader.communicate()
+        idle = await hold_idle(control, args.idle)
+        watcher = asyncio.create_task(watch_health(control, t_flood + args.flood))
+        out = b""
+        if args.concurrency:
+            loader = await asyncio.create_subprocess_exec(
+                sys.executable,
+                __file__,
+                "--load",
+                control,
+                "--concurrency",
+                str(args.concurrency),
+                "--flood",
+                str(args.flood),
+                stdout=subprocess.PIPE,
+            )
+            out, _ = await loader.communicate()
+        health_during = await watcher
+        for writer in idle:
+            writer.close()
         t_after, cpu1 = time.time(), cpu_s(serve.pid)
         load_during = os.getloadavg()[0]
         await asyncio.sleep(args.calm)
@@ -276,6 +332,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "before": window(runs, t_before + 1, t_flood),
             "during": window(runs, t_flood, t_after),
             "after": window(runs, t_after, t_end - 1),
+            "healthz_during": health_during,
+            "idle_connections_held": len(idle),
             "flood": {
                 **flood,
                 "concurrency": args.concurrency,
@@ -289,6 +347,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             },
             "setup": {
                 "triggers": args.triggers,
+                "nofile": args.nofile,
                 "cpus": os.cpu_count(),
                 "load_avg_1m_before": round(load_avg, 2),
                 "load_avg_1m_during": round(load_during, 2),
@@ -310,6 +369,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=1000)
     parser.add_argument("--flood", type=float, default=10.0, help="seconds of flood")
     parser.add_argument("--calm", type=float, default=10.0, help="seconds before and after")
+    parser.add_argument("--idle", type=int, default=0, help="half-sent connections to hold")
+    parser.add_argument("--nofile", type=int, help="the daemon's soft and hard RLIMIT_NOFILE")
     parser.add_argument("--json", type=Path, help="Also write the figures to this file.")
     parser.add_argument("--load", help=argparse.SUPPRESS)
     args = parser.parse_args()
