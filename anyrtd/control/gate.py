@@ -44,7 +44,7 @@ ACCEPTS_PER_TURN = 16
 """How many connections are accepted in one turn of the event loop."""
 ACCEPT_RETRY_S = 1.0
 """How long accepting pauses after the process ran out of descriptors to accept with."""
-MAX_CONNECTIONS = 128
+MAX_CONNECTIONS = 1024
 """The most control connections at once, however many descriptors the process may open."""
 MIN_CONNECTIONS = 8
 RESERVED_DESCRIPTORS = 128
@@ -234,14 +234,20 @@ class ConnectionGate:
 
     @web.middleware
     async def track(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        """Stop the head deadline while a request is answered; start it again after."""
+        """Stop the head deadline while a request is answered; start it again after. While
+        every connection is taken, close each one after its answer, so that the clients
+        waiting for room get their turn."""
         conn = self._by_protocol.get(request.protocol)
         if conn is None:
             return await handler(request)
         conn.busy += 1
         conn.disarm()
         try:
-            return await handler(request)
+            response = await handler(request)
+            if len(self._open) >= self.limit:
+                # Others may be waiting for room: this client queues again behind them.
+                response.force_close()
+            return response
         finally:
             conn.busy -= 1
             if conn.busy == 0:
