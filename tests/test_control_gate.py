@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -182,3 +183,20 @@ async def test_the_pacer_starts_a_few_requests_per_turn_of_the_loop_in_order() -
         per_turn[at] = per_turn.get(at, 0) + 1
     assert max(per_turn.values()) <= 2
     assert pacer.waited == 8
+
+
+async def test_a_client_gone_mid_body_is_no_error_in_the_log(
+    start: Start, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = await start()
+    gone = await connect(server, SLOW_BODY)
+    assert await still_open(gone)  # the head is in, the body is awaited
+    gone[1].close()
+    await gone[1].wait_closed()
+    # Another request is answered after the first one's end has been seen.
+    other = await connect(server, WHOLE)
+    head = await other[0].readuntil(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200")
+    other[1].close()
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == []
