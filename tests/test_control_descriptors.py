@@ -8,6 +8,7 @@ its every-second command trigger must go on running, by schedule and by hand, it
 
 from __future__ import annotations
 
+import re
 import resource
 import select
 import socket
@@ -136,6 +137,13 @@ def test_idle_connections_leave_the_runs_and_healthz_their_descriptors(
     cap = connection_limit(NOFILE)
     closed = sum(closed_by_daemon(s) for s in idle_sockets)
     assert closed >= IDLE - cap, f"{closed} of {IDLE} closed with a cap of {cap}"
+    with served.http() as c:
+        metrics = c.get("/metrics").text
+    assert f"anyrtd_control_connection_limit {cap}\n" in metrics
+    evicted = re.search(
+        r'anyrtd_control_connections_closed_total\{reason="evicted"\} (\d+)', metrics
+    )
+    assert evicted is not None and int(evicted.group(1)) >= IDLE - cap, metrics
 
     def fresh_ok_runs() -> list[dict[str, Any]] | None:
         runs = runs_of(served, "tick")

@@ -16,6 +16,7 @@ from anyrtd.control.gate import (
     MIN_CONNECTIONS,
     Pacer,
     connection_limit,
+    gate_metrics,
 )
 from anyrtd.control.server import ControlServer
 from anyrtd.daemon import Daemon
@@ -117,6 +118,9 @@ async def test_the_oldest_idle_connection_makes_room_for_a_new_one(start: Start)
         assert await still_open(idle[1]) and await still_open(idle[2])
         assert server.gate.evicted == 1
         fresh[1].close()
+        text = gate_metrics(server.gate)  # what GET /metrics adds (the daemon here is not open)
+        assert 'anyrtd_control_connections_closed_total{reason="evicted"} 1' in text
+        assert "anyrtd_control_connection_limit 3\n" in text
     finally:
         close_all(idle)
 

@@ -18,7 +18,7 @@ from aiohttp import web
 
 from anyrtd import __version__
 from anyrtd.client import ServerError, ServerUnavailable
-from anyrtd.control.gate import ConnectionGate, Pacer
+from anyrtd.control.gate import ConnectionGate, Pacer, gate_metrics
 from anyrtd.control.guard import (
     GUARD,
     MAX_BODY,
@@ -54,6 +54,7 @@ from anyrtd.vocab import (
 
 PORT = web.AppKey("port", Port)
 LIST_CACHE = web.AppKey("list_cache", ListCache)
+GATE = web.AppKey("gate", ConnectionGate)
 
 RUN_STATUSES = tuple(RunStatus)
 TRIGGER_RUNS = 20
@@ -95,6 +96,8 @@ def make_app(
         client_max_size=MAX_BODY,
     )
     app[PORT] = port
+    if gate is not None:
+        app[GATE] = gate
     app[GUARD] = guard or Guard()
     app[LIST_CACHE] = ListCache()
     app.router.add_get("/triggers", list_triggers)
@@ -455,6 +458,9 @@ async def metrics(request: web.Request) -> web.Response:
         peer_id=facts.peer_id,
         version=__version__,
     )
+    gate = request.app.get(GATE)
+    if gate is not None:
+        text += gate_metrics(gate)
     return web.Response(
         body=text.encode("utf-8"),
         headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},

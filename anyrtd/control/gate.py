@@ -256,6 +256,25 @@ class ConnectionGate:
                     conn.arm()
 
 
+def gate_metrics(gate: ConnectionGate) -> str:
+    """Return the gate's part of `GET /metrics`: connections open, the limit, and the
+    connections the daemon closed, by reason."""
+    closed = (("evicted", gate.evicted), ("timed_out", gate.timed_out), ("refused", gate.refused))
+    lines = [
+        "# HELP anyrtd_control_connections Control API connections open now.",
+        "# TYPE anyrtd_control_connections gauge",
+        f"anyrtd_control_connections {gate.open_connections}",
+        "# HELP anyrtd_control_connection_limit The most control API connections at once.",
+        "# TYPE anyrtd_control_connection_limit gauge",
+        f"anyrtd_control_connection_limit {gate.limit}",
+        "# HELP anyrtd_control_connections_closed_total Control API connections the daemon "
+        "closed: to make room (evicted), for a slow request (timed_out), or at once (refused).",
+        "# TYPE anyrtd_control_connections_closed_total counter",
+        *(f'anyrtd_control_connections_closed_total{{reason="{r}"}} {n}' for r, n in closed),
+    ]
+    return "\n".join(lines) + "\n"
+
+
 class Acceptor:
     """Accept connections on listening sockets while the gate has room, and stop accepting
     while it has none.
