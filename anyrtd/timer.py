@@ -8,6 +8,10 @@ program of the batch with no disk or network work before the starts. The starts 
 noted in the mirror afterwards (the runs' `prepared_for` cleared, their real `startedAt`),
 and the held writes are released to the outbox drain.
 
+Just before a batch's programs start, its due time is written to the start mark, a file
+beside the mirror (`StartMark`): a restart after a crash tells by it a prepared run that may
+have started (closed as interrupted: a `once` never runs twice) from one that never did.
+
 A prepared run is cancelled, with its held writes, when its trigger is edited, disabled,
 repinned or deleted before its due time (`cancel`, from the apply stage), and when the
 daemon stops. A run still prepared when the daemon died never started: the next start
@@ -23,9 +27,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from anyrtd.clock import Clock
 from anyrtd.firing import Firing, Start, Undo
@@ -46,6 +52,9 @@ LEAD_MAX_S = 2.0
 LEAD_FACTOR = 3.0
 """The lead is this many times the batch's expected prepare and commit time (a margin for
 a busy machine), plus `LEAD_MIN_S`."""
+
+START_MARK_FILE = "anyrtd.start-mark"
+"""The start mark's file, beside the mirror."""
 
 Identity = Callable[[], tuple[str | None, str]]
 """This device's peer id and verdict, read when a batch is prepared or started."""
@@ -87,6 +96,41 @@ class Lead:
         self.commit_s += 0.2 * (commit_s - self.commit_s)
 
 
+class StartMark:
+    """The due time of the latest batch prepared ahead whose programs began to start.
+
+    Written just before the starts, with no fsync: a killed process's write stays in the
+    page cache, so after a crash every prepared run due at or before the mark may have
+    started (its start is noted in the mirror only afterwards) and every one after it did
+    not. Only a power loss in the moment after a start can lose the mark; that start is
+    then taken for one that never happened (docs/schedule.md). The value only grows while
+    the daemon runs (a wall clock stepped back does not lower it); a new process writes
+    afresh once the runs the last one left are settled.
+    """
+
+    WIDTH = 24
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._high = 0.0
+
+    def read(self) -> float:
+        """Return the mark (0.0 when there is none or it cannot be read)."""
+        try:
+            return float(self.path.read_bytes()[: self.WIDTH])
+        except (OSError, ValueError):
+            return 0.0
+
+    def note(self, due: float) -> None:
+        """Write that the batch due at `due` begins to start."""
+        self._high = max(self._high, due)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            os.pwrite(fd, f"{self._high:{self.WIDTH - 1}.6f}\n".encode(), 0)
+        finally:
+            os.close(fd)
+
+
 class Timer:
     """One step of the timer loop at a time (`step`), woken early by `rearm`."""
 
@@ -102,7 +146,9 @@ class Timer:
         self.lead = Lead()
         self.prepared: list[Prepared] = []
         """Batches prepared ahead, by due time."""
-        self._marking: set[asyncio.Task[None]] = set()
+        self._noting: set[asyncio.Task[None]] = set()
+        self.mark: StartMark | None = None
+        """Beside the mirror, once it is open (`discard_prepared`)."""
         self._preparing: asyncio.Future[None] | None = None
         firing.on_clock_step = lambda: self.cancel_all("the wall clock stepped back")
 
@@ -189,15 +235,20 @@ class Timer:
                 dropped.append(row)
             else:
                 starts.append(start)
+        if starts and self.mark is not None:
+            try:
+                self.mark.note(batch.due)
+            except OSError as exc:  # the starts go on: a crash now may take them for unstarted
+                log.warning("cannot write the start mark %s: %s", self.mark.path, exc)
         self.firing.start_batch(starts)
         await self.firing.started(starts)
         self.firing.note_started(starts, dropped, batch.due)
-        task = asyncio.create_task(self._mark(), name="anyrtd-fire-mark")
-        self._marking.add(task)
-        task.add_done_callback(self._marking.discard)
+        task = asyncio.create_task(self._note_starts(), name="anyrtd-fire-note")
+        self._noting.add(task)
+        task.add_done_callback(self._noting.discard)
         return [row.run_id for _, row, _ in starts]
 
-    async def _mark(self) -> None:
+    async def _note_starts(self) -> None:
         """Commit the notes of the starts (off the timer's path), then release the held
         writes to the drain."""
         with contextlib.suppress(CommitFailed):  # kept for the next commit; the unit says why
@@ -247,21 +298,30 @@ class Timer:
         prepare: a `once` unconsumed (it fires, late if its time passed), a cron at the
         occurrence (it fires if still ahead, else is a missed one).
 
-        A run still marked prepared whose command has a process (its group kept, or a
-        process carrying its run id) did start, in the moment between its start and the
-        note of it: it is closed as interrupted like any started run.
+        A run still marked prepared that is due at or before the start mark, or whose
+        command has a process (its group kept, or a process carrying its run id), may have
+        started in the moment between its start and the note of it: it is closed as
+        interrupted like any started run, so a `once` never runs twice.
 
         Committed before the record cache is filled from the mirror, which lays the trigger
         writes still in the outbox over the records: a discarded `once`'s held consumption
         must be gone by then.
         """
         rows = list(rows)
+        if self.mark is None and (db := self.firing.unit.db) is not None:
+            self.mark = StartMark(db.mirror.path.parent / START_MARK_FILE)
+        begun = self.mark.read() if self.mark is not None else 0.0
         waiting = [r.run_id for r in rows if r.prepared_for is not None]
         spawned = run_groups(waiting) if waiting else {}
         by_id = {e.trigger_id: e for e in entries}
         rest = []
         for row in rows:
-            if row.prepared_for is None or row.process_group is not None or row.run_id in spawned:
+            if (
+                row.prepared_for is None
+                or row.prepared_for <= begun
+                or row.process_group is not None
+                or row.run_id in spawned
+            ):
                 rest.append(row)
                 continue
             unit, tid = self.firing.unit, row.trigger_id
@@ -287,4 +347,4 @@ class Timer:
         return rest
 
 
-__all__ = ["LEAD_MAX_S", "LEAD_MIN_S", "Lead", "Prepared", "Timer"]
+__all__ = ["LEAD_MAX_S", "LEAD_MIN_S", "START_MARK_FILE", "Lead", "Prepared", "StartMark", "Timer"]

@@ -25,7 +25,7 @@ from anyrtd.model import TriggerDef
 from anyrtd.program import RunOutcome, RunRequest
 from anyrtd.records import RecordCache
 from anyrtd.registry import Entry, Registry, new_row
-from anyrtd.timer import LEAD_MAX_S, LEAD_MIN_S, Lead, Timer
+from anyrtd.timer import LEAD_MAX_S, LEAD_MIN_S, START_MARK_FILE, Lead, Timer
 from anyrtd.unit import Unit
 from anyrtd.vocab import RunStatus, Verdict
 
@@ -256,6 +256,48 @@ async def test_runs_a_crash_left_prepared_are_discarded_and_the_once_fires_late(
     assert len(await fresh.timer.fire_now(now)) == 1
     assert list(fresh.runner.started) == ["shot"]
     await fresh.firing.wait_idle()
+
+
+async def test_a_start_writes_the_start_mark_before_the_programs_start(
+    stage: Stage, tmp_path: Path
+) -> None:
+    assert await stage.timer.discard_prepared([], [], {}, T0) == []  # as at the daemon's open
+    assert stage.timer.mark is not None and stage.timer.mark.read() == 0.0
+    stage.adopt(ONCE)
+    stage.clock.set(AT - 0.5)
+    await stage.timer.prepare(AT, stage.clock.now())
+    assert not (tmp_path / START_MARK_FILE).exists()
+    stage.clock.set(AT)
+    await stage.timer.fire_now(AT)
+    assert stage.timer.mark.read() == AT
+    # It only grows while the daemon runs: an earlier batch (a clock stepped back) keeps it.
+    stage.timer.mark.note(AT - 7200)
+    assert stage.timer.mark.read() == AT
+
+
+async def test_a_prepared_run_due_by_the_start_mark_is_closed_as_interrupted_not_refired(
+    stage: Stage,
+) -> None:
+    """Killed between a batch's start and the note of it in the mirror: the run may have
+    started, so the restart closes it as interrupted and the once stays consumed."""
+    await stage.timer.discard_prepared([], [], {}, T0)
+    assert stage.timer.mark is not None
+    stage.adopt(ONCE)
+    stage.clock.set(AT - 0.5)
+    await stage.timer.prepare(AT, stage.clock.now())
+    stage.timer.mark.note(AT)  # the start began; the process dies before the note commits
+    fresh = Stage(stage.db)
+    fresh.records.put(ONCE)
+    snap = await stage.db.call(Mirror.snapshot)
+    left = await stage.db.call(Mirror.open_runs)
+    [kept] = await fresh.timer.discard_prepared(left, snap.entries, snap.last_fired, AT + 5)
+    assert kept.trigger_id == "shot" and kept.prepared_for == AT
+    await fresh.firing.close_interrupted([kept], AT + 5)
+    fresh.apply.restore(snap.entries, AT + 5, snap.last_fired)
+    await fresh.unit.commit(AT + 5)
+    assert stage.sql("SELECT status FROM runs") == [(RunStatus.INTERRUPTED,)]
+    assert fresh.entry("shot").row.consumed
+    assert await fresh.timer.fire_now(AT + 5) == []
 
 
 async def test_a_cron_occurrence_still_ahead_at_the_restart_fires_at_its_time(
