@@ -21,9 +21,11 @@ import dataclasses
 import functools
 import gc
 import logging
+import os
 import time
 import uuid
 from collections.abc import Callable, Coroutine, Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 from anyrtd.clock import Clock
@@ -101,6 +103,57 @@ def new_run_id() -> str:
     return uuid.uuid4().hex
 
 
+START_JOURNAL_FILE = "anyrtd.starts"
+"""The start journal's file, beside the mirror."""
+
+
+class StartJournal:
+    """The ids of the runs prepared ahead whose programs began to start, one per line.
+
+    A run prepared ahead is durable before its due time but its start is noted in the
+    mirror only after it (nothing durable is written between the due time and the start).
+    So the id is appended here just before the program starts (the in-process call, or the
+    command's spawn), with no fsync: a killed process's write stays in the page cache. After
+    a crash, a run still marked prepared whose id is here may have started (closed as
+    interrupted: a `once` never runs twice); one whose id is not never did (discarded: a
+    `once` fires late). Only a power loss in the instant after a start can lose a line;
+    that run is then taken for one that never started (docs/schedule.md). Emptied once
+    every start written is noted in the mirror.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.written = 0
+        """How many ids were written since the journal was last emptied."""
+        self._fd: int | None = None
+
+    def read(self) -> set[str]:
+        """Return the run ids written (none when the file is missing or unreadable)."""
+        try:
+            return set(self.path.read_text(encoding="ascii", errors="replace").split())
+        except OSError:
+            return set()
+
+    def note(self, run_id: str) -> None:
+        """Write that the program of run `run_id` starts now."""
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.write(self._fd, f"{run_id}\n".encode("ascii"))
+        self.written += 1
+
+    def empty(self) -> None:
+        """Forget every id written (their starts are noted in the mirror)."""
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.ftruncate(self._fd, 0)
+        self.written = 0
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
 class Firing:
     """Starts runs of registry entries and records how they end."""
 
@@ -130,6 +183,8 @@ class Firing:
         """Monotonic time before which a fire that failed to commit is not tried again."""
         self._retry_s = 0.0
         self.last_commit_s = 0.0
+        self.journal: StartJournal | None = None
+        """Beside the mirror, once it is open (`Timer.discard_prepared`)."""
         """How long the last commit of a fire's preparation took."""
         self.on_clock_step: Callable[[], None] = lambda: None
         """Called when the wall clock stepped back, before the entries are re-armed (the
@@ -446,7 +501,8 @@ class Firing:
         )
 
     def _on_start(self, row: RunRow) -> Callable[[float], None]:
-        return lambda at: self._started(row, at)
+        journal = self.journal if row.prepared_for is not None else None
+        return lambda at: self._started(row, at, journal)
 
     def _log_firing(self, entry: Entry, row: RunRow) -> None:
         log.info(
@@ -485,8 +541,19 @@ class Firing:
             extra={"trigger": row.trigger_id, "run": row.run_id},
         )
 
-    def _started(self, row: RunRow, at: float) -> None:
-        """Note the moment a run's program really started: its `startedAt`, and its fire lag."""
+    def _started(self, row: RunRow, at: float, journal: StartJournal | None) -> None:
+        """Note the moment a run's program really started: its `startedAt`, its fire lag,
+        and (prepared ahead) its id in the start journal."""
+        if journal is not None:
+            try:
+                journal.note(row.run_id)
+            except OSError as exc:  # it starts anyway: a crash now may take it for unstarted
+                log.warning(
+                    "cannot write the start journal %s: %s",
+                    journal.path,
+                    exc,
+                    extra={"trigger": row.trigger_id, "run": row.run_id},
+                )
         row.started_at = at
         if row.scheduled_at is not None:
             self.stats.fire_lag.observe(max(0.0, at - row.scheduled_at))
@@ -688,9 +755,11 @@ def _with_line(output: str, line: str) -> str:
 
 __all__ = [
     "MAX_MANUAL_RUNS",
+    "START_JOURNAL_FILE",
     "Firing",
     "NotDurable",
     "Start",
+    "StartJournal",
     "TooManyRuns",
     "Undo",
     "consumption",

@@ -8,9 +8,10 @@ program of the batch with no disk or network work before the starts. The starts 
 noted in the mirror afterwards (the runs' `prepared_for` cleared, their real `startedAt`),
 and the held writes are released to the outbox drain.
 
-Just before a batch's programs start, its due time is written to the start mark, a file
-beside the mirror (`StartMark`): a restart after a crash tells by it a prepared run that may
-have started (closed as interrupted: a `once` never runs twice) from one that never did.
+Just before each program of such a batch starts, its run id is written to the start
+journal beside the mirror (`firing.StartJournal`): a restart after a crash tells by it a
+prepared run that may have started (closed as interrupted: a `once` never runs twice) from
+one that never did.
 
 A prepared run is cancelled, with its held writes, when its trigger is edited, disabled,
 repinned or deleted before its due time (`cancel`, from the apply stage), and when the
@@ -27,14 +28,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from anyrtd.clock import Clock
-from anyrtd.firing import Firing, Start, Undo
+from anyrtd.firing import START_JOURNAL_FILE, Firing, Start, StartJournal, Undo
 from anyrtd.logs import iso_time
 from anyrtd.registry import Registry
 from anyrtd.rows import EntryRow, RunRow
@@ -52,9 +51,6 @@ LEAD_MAX_S = 2.0
 LEAD_FACTOR = 3.0
 """The lead is this many times the batch's expected prepare and commit time (a margin for
 a busy machine), plus `LEAD_MIN_S`."""
-
-START_MARK_FILE = "anyrtd.start-mark"
-"""The start mark's file, beside the mirror."""
 
 Identity = Callable[[], tuple[str | None, str]]
 """This device's peer id and verdict, read when a batch is prepared or started."""
@@ -96,41 +92,6 @@ class Lead:
         self.commit_s += 0.2 * (commit_s - self.commit_s)
 
 
-class StartMark:
-    """The due time of the latest batch prepared ahead whose programs began to start.
-
-    Written just before the starts, with no fsync: a killed process's write stays in the
-    page cache, so after a crash every prepared run due at or before the mark may have
-    started (its start is noted in the mirror only afterwards) and every one after it did
-    not. Only a power loss in the moment after a start can lose the mark; that start is
-    then taken for one that never happened (docs/schedule.md). The value only grows while
-    the daemon runs (a wall clock stepped back does not lower it); a new process writes
-    afresh once the runs the last one left are settled.
-    """
-
-    WIDTH = 24
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._high = 0.0
-
-    def read(self) -> float:
-        """Return the mark (0.0 when there is none or it cannot be read)."""
-        try:
-            return float(self.path.read_bytes()[: self.WIDTH])
-        except (OSError, ValueError):
-            return 0.0
-
-    def note(self, due: float) -> None:
-        """Write that the batch due at `due` begins to start."""
-        self._high = max(self._high, due)
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600)
-        try:
-            os.pwrite(fd, f"{self._high:{self.WIDTH - 1}.6f}\n".encode(), 0)
-        finally:
-            os.close(fd)
-
-
 class Timer:
     """One step of the timer loop at a time (`step`), woken early by `rearm`."""
 
@@ -147,8 +108,7 @@ class Timer:
         self.prepared: list[Prepared] = []
         """Batches prepared ahead, by due time."""
         self._noting: set[asyncio.Task[None]] = set()
-        self.mark: StartMark | None = None
-        """Beside the mirror, once it is open (`discard_prepared`)."""
+        self._starting = False
         self._preparing: asyncio.Future[None] | None = None
         firing.on_clock_step = lambda: self.cancel_all("the wall clock stepped back")
 
@@ -205,6 +165,8 @@ class Timer:
             with contextlib.suppress(Exception):
                 await self._preparing
         self.cancel_all(why)
+        if self.firing.journal is not None:
+            self.firing.journal.close()
 
     async def _prepare(self, due: float, now: float) -> None:
         device, verdict = self.identity()
@@ -235,14 +197,13 @@ class Timer:
                 dropped.append(row)
             else:
                 starts.append(start)
-        if starts and self.mark is not None:
-            try:
-                self.mark.note(batch.due)
-            except OSError as exc:  # the starts go on: a crash now may take them for unstarted
-                log.warning("cannot write the start mark %s: %s", self.mark.path, exc)
-        self.firing.start_batch(starts)
-        await self.firing.started(starts)
-        self.firing.note_started(starts, dropped, batch.due)
+        self._starting = True  # from the starts (their journal lines) to their notes
+        try:
+            self.firing.start_batch(starts)
+            await self.firing.started(starts)
+            self.firing.note_started(starts, dropped, batch.due)
+        finally:
+            self._starting = False
         task = asyncio.create_task(self._note_starts(), name="anyrtd-fire-note")
         self._noting.add(task)
         task.add_done_callback(self._noting.discard)
@@ -250,10 +211,22 @@ class Timer:
 
     async def _note_starts(self) -> None:
         """Commit the notes of the starts (off the timer's path), then release the held
-        writes to the drain."""
-        with contextlib.suppress(CommitFailed):  # kept for the next commit; the unit says why
+        writes to the drain. The start journal is emptied when every id in it belongs to a
+        start this commit (or an earlier one) noted: none was written during the commit,
+        and no batch was between its starts and their notes when it began."""
+        journal = self.firing.journal
+        written = None if journal is None or self._starting else journal.written
+        try:
             await self.firing.unit.commit(self.clock.now())
+        except CommitFailed:  # kept for the next commit; the unit says why
+            written = None
         self.firing.unit.kick()
+        if journal is None or not written or written != journal.written or self._starting:
+            return
+        try:
+            journal.empty()
+        except OSError as exc:  # it only grows: a restart reads more lines
+            log.warning("cannot empty the start journal %s: %s", journal.path, exc)
 
     def cancel(self, trigger_id: str, why: str = "its trigger changed") -> None:
         """Cancel the prepared run of `trigger_id`, if any, with its held writes: its entry
@@ -298,7 +271,7 @@ class Timer:
         prepare: a `once` unconsumed (it fires, late if its time passed), a cron at the
         occurrence (it fires if still ahead, else is a missed one).
 
-        A run still marked prepared that is due at or before the start mark, or whose
+        A run still marked prepared whose id is in the start journal, or whose
         command has a process (its group kept, or a process carrying its run id), may have
         started in the moment between its start and the note of it: it is closed as
         interrupted like any started run, so a `once` never runs twice.
@@ -308,9 +281,9 @@ class Timer:
         must be gone by then.
         """
         rows = list(rows)
-        if self.mark is None and (db := self.firing.unit.db) is not None:
-            self.mark = StartMark(db.mirror.path.parent / START_MARK_FILE)
-        begun = self.mark.read() if self.mark is not None else 0.0
+        if self.firing.journal is None and (db := self.firing.unit.db) is not None:
+            self.firing.journal = StartJournal(db.mirror.path.parent / START_JOURNAL_FILE)
+        begun = self.firing.journal.read() if self.firing.journal is not None else set()
         waiting = [r.run_id for r in rows if r.prepared_for is not None]
         spawned = run_groups(waiting) if waiting else {}
         by_id = {e.trigger_id: e for e in entries}
@@ -318,7 +291,7 @@ class Timer:
         for row in rows:
             if (
                 row.prepared_for is None
-                or row.prepared_for <= begun
+                or row.run_id in begun
                 or row.process_group is not None
                 or row.run_id in spawned
             ):
@@ -347,4 +320,4 @@ class Timer:
         return rest
 
 
-__all__ = ["LEAD_MAX_S", "LEAD_MIN_S", "START_MARK_FILE", "Lead", "Prepared", "StartMark", "Timer"]
+__all__ = ["LEAD_MAX_S", "LEAD_MIN_S", "Lead", "Prepared", "Timer"]

@@ -18,14 +18,14 @@ import pytest
 
 from anyrtd.apply import Apply
 from anyrtd.clock import FakeClock
-from anyrtd.firing import Firing
+from anyrtd.firing import START_JOURNAL_FILE, Firing
 from anyrtd.metrics import Stats
 from anyrtd.mirror import AsyncMirror, Mirror
 from anyrtd.model import TriggerDef
 from anyrtd.program import RunOutcome, RunRequest
 from anyrtd.records import RecordCache
 from anyrtd.registry import Entry, Registry, new_row
-from anyrtd.timer import LEAD_MAX_S, LEAD_MIN_S, START_MARK_FILE, Lead, Timer
+from anyrtd.timer import LEAD_MAX_S, LEAD_MIN_S, Lead, Timer
 from anyrtd.unit import Unit
 from anyrtd.vocab import RunStatus, Verdict
 
@@ -58,6 +58,8 @@ class Runner:
     def __init__(self, clock: FakeClock) -> None:
         self.clock = clock
         self.started: dict[str, float] = {}
+        self.on_each_start: Callable[[], None] = lambda: None
+        """Called as each program starts, after `on_start`."""
 
     def start(
         self, req: RunRequest, on_start: Callable[[float], None] | None = None
@@ -66,6 +68,7 @@ class Runner:
         self.started[req.trigger_id or ""] = at
         if on_start is not None:
             on_start(at)
+        self.on_each_start()
 
         async def ended() -> RunOutcome:
             return RunOutcome(RunStatus.OK, None, None, at, at, 0)
@@ -258,40 +261,47 @@ async def test_runs_a_crash_left_prepared_are_discarded_and_the_once_fires_late(
     await fresh.firing.wait_idle()
 
 
-async def test_a_start_writes_the_start_mark_before_the_programs_start(
+async def test_each_prepared_start_is_journaled_before_it_and_the_journal_emptied_once_noted(
     stage: Stage, tmp_path: Path
 ) -> None:
     assert await stage.timer.discard_prepared([], [], {}, T0) == []  # as at the daemon's open
-    assert stage.timer.mark is not None and stage.timer.mark.read() == 0.0
+    journal = stage.firing.journal
+    assert journal is not None and journal.path == tmp_path / START_JOURNAL_FILE
     stage.adopt(ONCE)
     stage.clock.set(AT - 0.5)
     await stage.timer.prepare(AT, stage.clock.now())
-    assert not (tmp_path / START_MARK_FILE).exists()
+    assert journal.read() == set()
+    seen: list[set[str]] = []
+    stage.runner.on_each_start = lambda: seen.append(journal.read())
     stage.clock.set(AT)
-    await stage.timer.fire_now(AT)
-    assert stage.timer.mark.read() == AT
-    # It only grows while the daemon runs: an earlier batch (a clock stepped back) keeps it.
-    stage.timer.mark.note(AT - 7200)
-    assert stage.timer.mark.read() == AT
+    [run_id] = await stage.timer.fire_now(AT)
+    # The once's id was in the journal when its program started.
+    assert run_id in seen[0]
+    # Once the start is noted in the mirror, the journal is emptied.
+    await asyncio.gather(*stage.timer._noting)
+    assert stage.sql(f"SELECT prepared_for FROM runs WHERE run_id = '{run_id}'") == [(None,)]
+    assert journal.read() == set() and journal.written == 0
 
 
-async def test_a_prepared_run_due_by_the_start_mark_is_closed_as_interrupted_not_refired(
+async def test_a_prepared_run_in_the_start_journal_is_closed_as_interrupted_not_refired(
     stage: Stage,
 ) -> None:
-    """Killed between a batch's start and the note of it in the mirror: the run may have
+    """Killed between a program's start and the note of it in the mirror: the run may have
     started, so the restart closes it as interrupted and the once stays consumed."""
     await stage.timer.discard_prepared([], [], {}, T0)
-    assert stage.timer.mark is not None
+    journal = stage.firing.journal
+    assert journal is not None
     stage.adopt(ONCE)
     stage.clock.set(AT - 0.5)
     await stage.timer.prepare(AT, stage.clock.now())
-    stage.timer.mark.note(AT)  # the start began; the process dies before the note commits
+    [(run_id,)] = stage.sql("SELECT run_id FROM runs")
+    journal.note(run_id)  # its program starts; the process dies before the note commits
     fresh = Stage(stage.db)
     fresh.records.put(ONCE)
     snap = await stage.db.call(Mirror.snapshot)
     left = await stage.db.call(Mirror.open_runs)
     [kept] = await fresh.timer.discard_prepared(left, snap.entries, snap.last_fired, AT + 5)
-    assert kept.trigger_id == "shot" and kept.prepared_for == AT
+    assert kept.run_id == run_id and kept.prepared_for == AT
     await fresh.firing.close_interrupted([kept], AT + 5)
     fresh.apply.restore(snap.entries, AT + 5, snap.last_fired)
     await fresh.unit.commit(AT + 5)
