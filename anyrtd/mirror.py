@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
@@ -42,7 +42,6 @@ from sqlalchemy import (
     event,
     false,
     func,
-    insert,
     select,
     text,
     update,
@@ -416,31 +415,18 @@ class Mirror:
         A row whose stored text no longer decodes (a damaged mirror) is set aside here, so
         that it cannot stop the writes behind it.
         """
-        q = (
-            select(outbox_table)
-            .where(outbox_table.c.set_aside_at.is_(None))
-            .order_by(outbox_table.c.seq)
-            .limit(limit)
-        )
         items: list[OutboxItem] = []
         undecodable: list[int] = []
         with self.engine.connect() as conn:
-            for r in conn.execute(q):
+            for seq, dataset, record_id, fields_text, unset_text, attempts in conn.exec_driver_sql(
+                _PENDING_OUTBOX, (limit,)
+            ):
                 try:
-                    fields_, unset = json.loads(r.fields), json.loads(r.unset)
+                    fields_, unset = json.loads(fields_text), json.loads(unset_text)
                 except ValueError:
-                    undecodable.append(r.seq)
+                    undecodable.append(seq)
                     continue
-                items.append(
-                    OutboxItem(
-                        seq=r.seq,
-                        dataset=r.dataset,
-                        record_id=r.record_id,
-                        fields=fields_,
-                        unset=unset,
-                        attempts=r.attempts,
-                    )
-                )
+                items.append(OutboxItem(seq, dataset, record_id, fields_, unset, attempts))
         if undecodable:
             reason = "its text in the mirror is not valid JSON"
             self.set_aside_outbox(undecodable, reason, time.time())
@@ -490,7 +476,8 @@ class Mirror:
         seqs = list(seqs)
         with self.engine.begin() as conn:
             for chunk in _chunks(seqs, 500):
-                conn.execute(delete(outbox_table).where(outbox_table.c.seq.in_(chunk)))
+                marks = ", ".join("?" * len(chunk))
+                conn.exec_driver_sql(f"DELETE FROM outbox WHERE seq IN ({marks})", tuple(chunk))
 
     def fail_outbox(self, seqs: Iterable[int], error: str) -> None:
         seqs = list(seqs)
@@ -526,71 +513,64 @@ class Mirror:
         return int(result.rowcount or 0)
 
 
+def _upsert_sql(table: Table, key: str) -> str:
+    """Return the INSERT … ON CONFLICT DO UPDATE of every column of `table` but `key`."""
+    cols = [c.name for c in table.c]
+    sets = ", ".join(f"{c} = excluded.{c}" for c in cols if c != key)
+    marks = ", ".join("?" for _ in cols)
+    return (
+        f"INSERT INTO {table.name} ({', '.join(cols)}) VALUES ({marks}) "
+        f"ON CONFLICT ({key}) DO UPDATE SET {sets}"
+    )
+
+
+# The statements a step's commit runs, written once: built and compiled by SQLAlchemy on
+# every commit, they cost more CPU than the rows they write (issue 13, item 3).
+_RECORD_COLS = ("id", "version", "record", "seen_at")
+_UPSERT_RECORD = (
+    f"INSERT INTO trigger_records ({', '.join(_RECORD_COLS)}) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (id) DO UPDATE SET version = excluded.version, record = excluded.record, "
+    "seen_at = excluded.seen_at"
+)
+_UPSERT_ENTRY = _upsert_sql(entries_table, "trigger_id")
+_UPSERT_RUN = _upsert_sql(runs_table, "run_id")
+_INSERT_OUTBOX = (
+    "INSERT INTO outbox (dataset, record_id, fields, unset, created_at, attempts, last_error, "
+    "set_aside_at) VALUES (?, ?, ?, ?, ?, 0, NULL, NULL)"
+)
+_PENDING_OUTBOX = (
+    "SELECT seq, dataset, record_id, fields, unset, attempts FROM outbox "
+    "WHERE set_aside_at IS NULL ORDER BY seq LIMIT ?"
+)
+_INSERT_TOMBSTONE = (
+    "INSERT INTO tombstones (id, deleted_at) VALUES (?, ?) ON CONFLICT (id) DO NOTHING"
+)
+_UPSERT_META = (
+    "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET "
+    "value = excluded.value"
+)
+
+
 def _write_batch(conn: Connection, batch: Batch, now: float) -> None:
     if batch.records:
-        stmt = sqlite_insert(records_table)
-        conn.execute(
-            stmt.on_conflict_do_update(
-                index_elements=["id"],
-                set_={
-                    "version": stmt.excluded.version,
-                    "record": stmt.excluded.record,
-                    "seen_at": stmt.excluded.seen_at,
-                },
-            ),
-            [
-                {"id": i, "version": v, "record": _dumps(r), "seen_at": now}
-                for i, v, r in batch.records
-            ],
-        )
+        conn.exec_driver_sql(_UPSERT_RECORD, [(i, v, _dumps(r), now) for i, v, r in batch.records])
     for chunk in _chunks(batch.forget_records, 500):
         conn.execute(delete(records_table).where(records_table.c.id.in_(chunk)))
     if batch.entries:
-        stmt = sqlite_insert(entries_table)
-        cols = [c.name for c in entries_table.c if c.name != "trigger_id"]
-        conn.execute(
-            stmt.on_conflict_do_update(
-                index_elements=["trigger_id"], set_={c: stmt.excluded[c] for c in cols}
-            ),
-            [_entry_values(e) for e in batch.entries],
-        )
+        conn.exec_driver_sql(_UPSERT_ENTRY, [_entry_values(e) for e in batch.entries])
     for chunk in _chunks(batch.evict, 500):
         conn.execute(delete(entries_table).where(entries_table.c.trigger_id.in_(chunk)))
     if batch.tombstones:
-        stmt = sqlite_insert(tombstones_table).on_conflict_do_nothing(index_elements=["id"])
-        conn.execute(stmt, [{"id": i, "deleted_at": now} for i in batch.tombstones])
+        conn.exec_driver_sql(_INSERT_TOMBSTONE, [(i, now) for i in batch.tombstones])
     if batch.runs:
-        stmt = sqlite_insert(runs_table)
-        cols = [c.name for c in runs_table.c if c.name != "run_id"]
-        conn.execute(
-            stmt.on_conflict_do_update(
-                index_elements=["run_id"], set_={c: stmt.excluded[c] for c in cols}
-            ),
-            [_run_values(r) for r in batch.runs],
-        )
+        conn.exec_driver_sql(_UPSERT_RUN, [_run_values(r) for r in batch.runs])
     if batch.outbox:
-        conn.execute(
-            insert(outbox_table),
-            [
-                {
-                    "dataset": d,
-                    "record_id": i,
-                    "fields": _dumps(f),
-                    "unset": _dumps(list(u)),
-                    "created_at": now,
-                    "attempts": 0,
-                    "last_error": None,
-                    "set_aside_at": None,
-                }
-                for d, i, f, u in batch.outbox
-            ],
+        conn.exec_driver_sql(
+            _INSERT_OUTBOX,
+            [(d, i, _dumps(f), _dumps(list(u)), now) for d, i, f, u in batch.outbox],
         )
     if batch.meta:
-        stmt = sqlite_insert(meta_table)
-        conn.execute(
-            stmt.on_conflict_do_update(index_elements=["key"], set_={"value": stmt.excluded.value}),
-            [{"key": k, "value": v} for k, v in batch.meta.items()],
-        )
+        conn.exec_driver_sql(_UPSERT_META, list(batch.meta.items()))
 
 
 def _chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
@@ -600,26 +580,28 @@ def _chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
 
 # The columns of `entries` and `runs` are named as the fields of EntryRow and RunRow, so a
 # row maps onto its dataclass field by field; only a run's `result` is stored as JSON.
-_ENTRY_FIELDS = tuple(f.name for f in fields(EntryRow))
-_RUN_FIELDS = tuple(f.name for f in fields(RunRow))
+_ENTRY_COLS = tuple(c.name for c in entries_table.c)
+_RUN_COLS = tuple(c.name for c in runs_table.c)
 
 
 def _entry(r: Any) -> EntryRow:
     return EntryRow(**r._mapping)
 
 
-def _entry_values(e: EntryRow) -> dict[str, Any]:
-    return {name: getattr(e, name) for name in _ENTRY_FIELDS}
+def _entry_values(e: EntryRow) -> tuple[Any, ...]:
+    """Return an entry's values in the order of the `entries` table's columns."""
+    return tuple(getattr(e, name) for name in _ENTRY_COLS)
 
 
 def _run(r: Any) -> RunRow:
     return RunRow(**{**r._mapping, "result": json.loads(r.result)})
 
 
-def _run_values(r: RunRow) -> dict[str, Any]:
-    values = {name: getattr(r, name) for name in _RUN_FIELDS}
-    values["result"] = _dumps(dict(r.result))
-    return values
+def _run_values(r: RunRow) -> tuple[Any, ...]:
+    """Return a run's values in the order of the `runs` table's columns."""
+    return tuple(
+        _dumps(dict(r.result)) if name == "result" else getattr(r, name) for name in _RUN_COLS
+    )
 
 
 def _on_connect(dbapi_conn: sqlite3.Connection, record: ConnectionPoolEntry) -> None:

@@ -422,14 +422,28 @@ async def follow_runs(setup: Setup, since: int, prefix: str, n: int) -> dict[str
 
 
 def start_py_spy(pid: int, out: Path) -> subprocess.Popen[bytes] | None:
-    """Start sampling `pid` with py-spy (collapsed stacks, idle frames left out)."""
+    """Start sampling `pid` with py-spy (collapsed stacks, idle frames left out; only the
+    thread holding the GIL, a view of the CPU, when BENCH_PY_SPY_GIL is set)."""
     exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(exe).exists():
         print("py-spy is not installed here: no profile", file=sys.stderr)
         return None
     out.parent.mkdir(parents=True, exist_ok=True)
+    gil = ["--gil"] if os.environ.get("BENCH_PY_SPY_GIL") else []
     return subprocess.Popen(
-        [exe, "record", "--pid", str(pid), "--format", "raw", "--rate", "250", "-o", str(out)],
+        [
+            exe,
+            "record",
+            "--pid",
+            str(pid),
+            "--format",
+            "raw",
+            "--rate",
+            "250",
+            *gil,
+            "-o",
+            str(out),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
