@@ -26,6 +26,11 @@ log = logging.getLogger("anyrtd.outbox")
 TRIGGERS = "triggers"
 RUNS = "runs"
 
+WINDOW_S = 0.25
+"""How long the outbox loop lets writes gather after it is woken, before it drains: the runs
+of several due batches then go in one request per dataset, and their trigger's writes fold
+into one write per record (`merge`), instead of a request pair for every batch."""
+
 
 @dataclass
 class DrainResult:
@@ -86,27 +91,37 @@ async def drain(
         items = await db.call(lambda m: m.outbox_pending(batch))
         if not items:
             return result
-        for dataset, group in coalesce(items):
-            where = locate(dataset)
-            if where is None:
-                result.error = "the server's datasets are not resolved yet"
-                return result
-            try:
-                versions = await client.upsert(where, merge(group))
-                sent = group
-            except ServerUnavailable as exc:
-                result.error = str(exc)
-                await db.call(functools.partial(_fail, seqs=[i.seq for i in group], error=str(exc)))
-                return result
-            except Exception:
-                # A refused (atomic) batch, or one the client could not send: one item is
-                # enough for that, so send one by one to find it.
-                versions, sent = await _one_by_one(db, client, where, group, result, now)
-            await db.call(functools.partial(_ack, seqs=[i.seq for i in sent]))
-            result.sent += len(sent)
-            result.acked.extend((i.dataset, i.record_id, versions.get(i.record_id)) for i in sent)
-            if result.error is not None:
-                return result
+        taken: list[OutboxItem] = []
+        try:
+            for dataset, group in coalesce(items):
+                where = locate(dataset)
+                if where is None:
+                    result.error = "the server's datasets are not resolved yet"
+                    return result
+                try:
+                    versions = await client.upsert(where, merge(group))
+                    sent = group
+                except ServerUnavailable as exc:
+                    result.error = str(exc)
+                    seqs = [i.seq for i in group]
+                    await db.call(functools.partial(_fail, seqs=seqs, error=str(exc)))
+                    return result
+                except Exception:
+                    # A refused (atomic) batch, or one the client could not send: one item is
+                    # enough for that, so send one by one to find it.
+                    versions, sent = await _one_by_one(db, client, where, group, result, now)
+                taken += sent
+                result.sent += len(sent)
+                result.acked.extend(
+                    (i.dataset, i.record_id, versions.get(i.record_id)) for i in sent
+                )
+                if result.error is not None:
+                    return result
+        finally:
+            # What the server took is acknowledged in one transaction per round, whatever
+            # stopped the round.
+            if taken:
+                await db.call(functools.partial(_ack, seqs=[i.seq for i in taken]))
     return result
 
 
