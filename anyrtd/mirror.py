@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
@@ -356,7 +356,7 @@ class Mirror:
 
     def snapshot(self) -> Snapshot:
         with self.engine.connect() as conn:
-            entries = [_entry(r) for r in conn.execute(select(entries_table))]
+            entries = [_entry_row(r) for r in conn.exec_driver_sql(_SELECT_ENTRIES)]
             tombs = {r.id for r in conn.execute(select(tombstones_table.c.id))}
             meta = {r.key: r.value for r in conn.execute(select(meta_table))}
             latest = func.max(runs_table.c.scheduled_at)
@@ -370,14 +370,9 @@ class Mirror:
 
     def record_texts(self, after: str = "", limit: int = 5000) -> list[tuple[str, str]]:
         """Return a page of (id, record JSON text) with ids after `after`, in id order."""
-        q = (
-            select(records_table.c.id, records_table.c.record)
-            .where(records_table.c.id > after)
-            .order_by(records_table.c.id)
-            .limit(limit)
-        )
         with self.engine.connect() as conn:
-            return [(r.id, r.record) for r in conn.execute(q)]
+            rows = conn.exec_driver_sql(_RECORD_TEXTS, (after, limit))
+            return [(rid, text) for rid, text in rows]
 
     def open_runs(self) -> list[RunRow]:
         with self.engine.connect() as conn:
@@ -584,8 +579,18 @@ _ENTRY_COLS = tuple(c.name for c in entries_table.c)
 _RUN_COLS = tuple(c.name for c in runs_table.c)
 
 
-def _entry(r: Any) -> EntryRow:
-    return EntryRow(**r._mapping)
+_ENTRY_FIELDS = tuple(f.name for f in fields(EntryRow))
+_SELECT_ENTRIES = f"SELECT {', '.join(_ENTRY_FIELDS)} FROM entries"
+_RECORD_TEXTS = "SELECT id, record FROM trigger_records WHERE id > ? ORDER BY id LIMIT ?"
+_BOOL_AT = tuple(i for i, f in enumerate(fields(EntryRow)) if f.type in (bool, "bool"))
+
+
+def _entry_row(r: Sequence[Any]) -> EntryRow:
+    """Return the entry of a `_SELECT_ENTRIES` row (SQLite gives its booleans as 0 and 1)."""
+    values = list(r)
+    for i in _BOOL_AT:
+        values[i] = bool(values[i])
+    return EntryRow(*values)
 
 
 def _entry_values(e: EntryRow) -> tuple[Any, ...]:

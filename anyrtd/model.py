@@ -233,13 +233,7 @@ def fingerprint(
         "limits": limits,
         "maxConsecutiveFailures": max_consecutive_failures,
     }
-    text = json.dumps(
-        core,
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-        default=_jsonable,
-    )
+    text = _CANONICAL.encode(core)
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
@@ -249,6 +243,13 @@ def _jsonable(v: Any) -> Any:
     if isinstance(v, set | frozenset):
         return sorted(map(repr, v))
     return repr(v)
+
+
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_jsonable
+)
+"""The fingerprint's text, made once: `json.dumps` with these options builds an encoder per
+call, which costs a start-up from 100,000 records about a tenth of its parse time."""
 
 
 def parse_record(record: Mapping[str, Any]) -> TriggerDef | Malformed:
@@ -369,7 +370,9 @@ def _frozen(value: dict[str, Any]) -> Mapping[str, Any]:
 
 
 def _rollup(record: Mapping[str, Any]) -> Rollup:
-    if all(record.get(key) is None for key in _ROLLUP_KEYS):
+    if record.keys().isdisjoint(_ROLLUP_KEYS) or all(
+        record.get(key) is None for key in _ROLLUP_KEYS
+    ):
         return _NO_ROLLUP  # never run: one shared value, not one per record
     return Rollup(
         last_run_at=_finite(record, RollupField.LAST_RUN_AT),
