@@ -38,6 +38,7 @@ from anyrtd.vocab import Kind, Marker, RollupField
 __all__ = [
     "DEFAULT_MAX_CONSECUTIVE_FAILURES",
     "KINDS",
+    "RUNTIME_FIELDS",
     "STANDING_BUILTINS",
     "SUPPORTED_EVENT_DATASETS",
     "Malformed",
@@ -50,6 +51,7 @@ __all__ = [
     "parse_record",
     "spec_error",
     "with_runtime",
+    "with_version",
 ]
 
 KINDS: frozenset[str] = frozenset(Kind)
@@ -386,8 +388,9 @@ def _rollup(record: Mapping[str, Any]) -> Rollup:
     )
 
 
-_RUNTIME_KEYS: frozenset[str] = frozenset(_ROLLUP_KEYS) | {"enabled"}
+RUNTIME_FIELDS: frozenset[str] = frozenset(_ROLLUP_KEYS) | {"enabled"}
 """The fields the daemon writes after a fire: none is in the fingerprint or the schedule."""
+_RUNTIME_KEYS = RUNTIME_FIELDS
 
 
 def with_runtime(
@@ -443,6 +446,26 @@ def with_runtime(
         max_consecutive_failures=defn.max_consecutive_failures,
         rollup=rollup,
         version=defn.version,
+        fingerprint=defn.fingerprint,
+        schedule=defn.schedule,
+    )
+
+
+def with_version(defn: TriggerDef, version: int | None) -> TriggerDef:
+    """Return `defn` as the same record at `version` parses (nothing else changes)."""
+    return TriggerDef(
+        id=defn.id,
+        name=defn.name,
+        kind=defn.kind,
+        spec=defn.spec,
+        program=defn.program,
+        args=defn.args,
+        owner=defn.owner,
+        enabled=defn.enabled,
+        limits=defn.limits,
+        max_consecutive_failures=defn.max_consecutive_failures,
+        rollup=defn.rollup,
+        version=version,
         fingerprint=defn.fingerprint,
         schedule=defn.schedule,
     )
