@@ -197,6 +197,9 @@ class Mirror:
         """The file's identity once `ensure_schema` passed: checked before each use."""
         self._unmarked = False
         self._marker_failed = False
+        self.outbox_queued = 0
+        """How many commits have queued outbox writes (read from the loop: a drain whose
+        last read saw the count unchanged has seen every write queued)."""
         event.listen(self.engine, "connect", _on_connect)
         event.listen(self.engine, "begin", self._on_begin)
         event.listen(self.engine, "handle_error", self._on_error)
@@ -464,6 +467,8 @@ class Mirror:
             return
         with self.engine.begin() as conn:
             _write_batch(conn, batch, now)
+        if batch.outbox:
+            self.outbox_queued += 1
         if self._unmarked and self.mirror_id is not None:
             self._mark()
 

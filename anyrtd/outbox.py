@@ -89,6 +89,7 @@ async def drain(
     """
     result = DrainResult()
     for _ in range(rounds):
+        queued = db.mirror.outbox_queued
         items = await db.call(lambda m: m.outbox_pending(batch))
         if not items:
             return result
@@ -131,6 +132,8 @@ async def drain(
                 await db.call(functools.partial(_ack, seqs=[i.seq for i in taken]))
         if result.error is not None:
             return result
+        if len(items) < batch and db.mirror.outbox_queued == queued:
+            return result  # the round took all there was, and nothing was queued since
     return result
 
 
