@@ -27,6 +27,10 @@ from anyrtd.vocab import Verdict, is_stamp, stamp
 
 log = logging.getLogger("anyrtd.daemon")
 
+FULL_READ_PAGE = 5000
+"""Records per page of a full read: a request costs the daemon more CPU than a thousand of
+the records in it, and the server answers up to 10,000 (docs/server-api.md)."""
+
 FEED_HEAD = 2**53
 """A `since` past any sequence number: the feed answers with its head and no changes."""
 
@@ -158,7 +162,9 @@ class Sync:
             else:
                 self.cursor = page.seq
                 self.unit.meta({"cursor": str(page.seq)})
-        records = await self.client.query_all(self.places.triggers, include_deleted=True)
+        records = await self.client.query_all(
+            self.places.triggers, include_deleted=True, page_size=FULL_READ_PAGE
+        )
         self._buffer.append(records)
         self._last_full = now
 
