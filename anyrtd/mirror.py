@@ -172,8 +172,12 @@ class Snapshot:
     """The latest scheduledAt run of each trigger (recurring ones are not fired there again)."""
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True)
+
+
 def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+    # One encoder for every value: `json.dumps` with options builds one per call.
+    return _ENCODER.encode(value)
 
 
 def alembic_config(url: str) -> AlembicConfig:
