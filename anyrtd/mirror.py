@@ -128,6 +128,7 @@ runs_table = Table(
     Column("output_dropped", Integer, nullable=False, server_default="0"),
     Column("process_group", Integer),
     Column("process_start", Text),
+    Column("prepared_for", Float),
     Index("runs_trigger_started", "trigger_id", "started_at"),
     Index("runs_status", "status"),
     Index("runs_started", "started_at"),
@@ -144,6 +145,7 @@ outbox_table = Table(
     Column("attempts", Integer, nullable=False, server_default="0"),
     Column("last_error", Text),
     Column("set_aside_at", Float),
+    Column("not_before", Float),
 )
 tombstones_table = Table(
     "tombstones",
@@ -389,8 +391,10 @@ class Mirror:
     def runs(
         self, *, trigger_id: str | None = None, status: str | None = None, limit: int = 20
     ) -> list[RunRow]:
-        """Return the newest runs, optionally of one trigger and/or one status."""
-        q = select(runs_table).order_by(runs_table.c.started_at.desc()).limit(limit)
+        """Return the newest runs, optionally of one trigger and/or one status (a run prepared
+        ahead of its due time is not one until its program starts)."""
+        q = select(runs_table).where(runs_table.c.prepared_for.is_(None))
+        q = q.order_by(runs_table.c.started_at.desc()).limit(limit)
         if trigger_id is not None:
             q = q.where(runs_table.c.trigger_id == trigger_id)
         if status is not None:
@@ -411,8 +415,9 @@ class Mirror:
         with self.engine.connect() as conn:
             return {str(s): int(n) for s, n in conn.execute(q)}
 
-    def outbox_pending(self, limit: int = 500) -> list[OutboxItem]:
-        """Return the oldest writes still to send, in order; set-aside ones are not sent.
+    def outbox_pending(self, limit: int = 500, due_by: float | None = None) -> list[OutboxItem]:
+        """Return the oldest writes still to send, in order; set-aside ones are not sent, nor
+        (given `due_by`, the time now) those held until a later time.
 
         A row whose stored text no longer decodes (a damaged mirror) is set aside here, so
         that it cannot stop the writes behind it.
@@ -420,9 +425,11 @@ class Mirror:
         items: list[OutboxItem] = []
         undecodable: list[int] = []
         with self.engine.connect() as conn:
-            for seq, dataset, record_id, fields_text, unset_text, attempts in conn.exec_driver_sql(
-                _PENDING_OUTBOX, (limit,)
-            ):
+            if due_by is None:
+                rows = conn.exec_driver_sql(_PENDING_OUTBOX, (limit,))
+            else:
+                rows = conn.exec_driver_sql(_DUE_OUTBOX, (due_by, limit))
+            for seq, dataset, record_id, fields_text, unset_text, attempts in rows:
                 try:
                     fields_, unset = json.loads(fields_text), json.loads(unset_text)
                 except ValueError:
@@ -471,7 +478,7 @@ class Mirror:
             return
         with self.engine.begin() as conn:
             _write_batch(conn, batch, now)
-        if batch.outbox:
+        if batch.outbox or batch.held:
             self.outbox_queued += 1
         if self._unmarked and self.mirror_id is not None:
             self._mark()
@@ -540,11 +547,16 @@ _UPSERT_ENTRY = _upsert_sql(entries_table, "trigger_id")
 _UPSERT_RUN = _upsert_sql(runs_table, "run_id")
 _INSERT_OUTBOX = (
     "INSERT INTO outbox (dataset, record_id, fields, unset, created_at, attempts, last_error, "
-    "set_aside_at) VALUES (?, ?, ?, ?, ?, 0, NULL, NULL)"
+    "set_aside_at, not_before) VALUES (?, ?, ?, ?, ?, 0, NULL, NULL, ?)"
 )
 _PENDING_OUTBOX = (
     "SELECT seq, dataset, record_id, fields, unset, attempts FROM outbox "
     "WHERE set_aside_at IS NULL ORDER BY seq LIMIT ?"
+)
+_DUE_OUTBOX = (
+    "SELECT seq, dataset, record_id, fields, unset, attempts FROM outbox "
+    "WHERE set_aside_at IS NULL AND (not_before IS NULL OR not_before <= ?) "
+    "ORDER BY seq LIMIT ?"
 )
 _INSERT_TOMBSTONE = (
     "INSERT INTO tombstones (id, deleted_at) VALUES (?, ?) ON CONFLICT (id) DO NOTHING"
@@ -568,10 +580,18 @@ def _write_batch(conn: Connection, batch: Batch, now: float) -> None:
         conn.exec_driver_sql(_INSERT_TOMBSTONE, [(i, now) for i in batch.tombstones])
     if batch.runs:
         conn.exec_driver_sql(_UPSERT_RUN, [_run_values(r) for r in batch.runs])
-    if batch.outbox:
+    for chunk in _chunks(batch.drop_runs, 500):
+        conn.execute(delete(runs_table).where(runs_table.c.run_id.in_(chunk)))
+    for rid, held_until in batch.drop_held:
+        c = outbox_table.c
+        conn.execute(delete(outbox_table).where(c.record_id == rid, c.not_before == held_until))
+    if batch.outbox or batch.held:
         conn.exec_driver_sql(
             _INSERT_OUTBOX,
-            [(d, i, _dumps(f), _dumps(list(u)), now) for d, i, f, u in batch.outbox],
+            [
+                *((d, i, _dumps(f), _dumps(list(u)), now, None) for d, i, f, u in batch.outbox),
+                *((d, i, _dumps(f), _dumps(list(u)), now, t) for d, i, f, u, t in batch.held),
+            ],
         )
     if batch.meta:
         conn.exec_driver_sql(_UPSERT_META, list(batch.meta.items()))

@@ -47,6 +47,16 @@ class Overlay:
         return sum(1 for v in self.acks if v > self.base_version) == version - self.base_version
 
 
+@dataclass(frozen=True, slots=True)
+class RecordMark:
+    """A record's overlay, base and parsed definition at one moment (`RecordCache.mark`)."""
+
+    version: int | None
+    overlay: Overlay | None
+    base: str | TriggerDef | None
+    parsed: TriggerDef | Malformed | None
+
+
 def _dumps(record: Mapping[str, Any]) -> str:
     return json.dumps(record, separators=(",", ":"))
 
@@ -185,6 +195,41 @@ class RecordCache:
         # Not a version the server returned: the record shown at it is read as it is.
         overlay.outstanding -= 1
         overlay.acked_version = max(overlay.acked_version, self._version.get(rid, 0) + 1)
+
+    def mark(self, rid: str) -> RecordMark:
+        """Return what `rewind` needs to put `rid` back as it is now (before a write)."""
+        overlay = self._overlay.get(rid)
+        kept = None
+        if overlay is not None:
+            kept = Overlay(
+                dict(overlay.fields),
+                set(overlay.unset),
+                overlay.outstanding,
+                overlay.acked_version,
+                overlay.base_version,
+                set(overlay.acks),
+            )
+        return RecordMark(self._version.get(rid), kept, self._base.get(rid), self.parsed.get(rid))
+
+    def rewind(self, rid: str, mark: RecordMark) -> None:
+        """Take back the writes laid over `rid` since `mark` (they were never made durable)."""
+        if self._version.get(rid) != mark.version and rid in self._base:
+            # The server showed a newer record meanwhile: keep it, under the overlay as it was.
+            record, text = self._base_record(rid)
+            self._overlay.pop(rid, None)
+            if mark.overlay is not None:
+                self._overlay[rid] = mark.overlay
+            self._store(rid, record, text)
+            return
+        self._overlay.pop(rid, None)
+        self._base.pop(rid, None)
+        self.parsed.pop(rid, None)
+        if mark.overlay is not None:
+            self._overlay[rid] = mark.overlay
+        if mark.base is not None:
+            self._base[rid] = mark.base
+        if mark.parsed is not None:
+            self.parsed[rid] = mark.parsed
 
     def pending_owner(self) -> set[str]:
         """Return the ids whose owner stamp this device wrote and has not seen back."""
