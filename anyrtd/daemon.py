@@ -28,7 +28,7 @@ from anyrtd.metrics import Stats
 from anyrtd.mirror import AsyncMirror, Mirror
 from anyrtd.mirror_guard import MirrorFault
 from anyrtd.model import TriggerDef
-from anyrtd.outbox import RUNS, TRIGGERS, DrainResult, drain
+from anyrtd.outbox import RUNS, TRIGGERS, WINDOW_S, DrainResult, drain
 from anyrtd.places import Places
 from anyrtd.port import Health, Metrics, TriggerFacts, Triggers, server_reasons
 from anyrtd.records import RecordCache
@@ -397,6 +397,7 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._outbox_kick.wait(), timeout=5.0)
         self._outbox_kick.clear()
+        await asyncio.sleep(WINDOW_S)  # let the writes of several batches gather
         result = await self.drain_outbox()
         if result is not None and result.error:
             await asyncio.sleep(1.0)

@@ -42,8 +42,6 @@ from sqlalchemy import (
     event,
     false,
     func,
-    insert,
-    or_,
     select,
     text,
     update,
@@ -176,8 +174,12 @@ class Snapshot:
     """The latest scheduledAt run of each trigger (recurring ones are not fired there again)."""
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True)
+
+
 def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+    # One encoder for every value: `json.dumps` with options builds one per call.
+    return _ENCODER.encode(value)
 
 
 def alembic_config(url: str) -> AlembicConfig:
@@ -201,6 +203,9 @@ class Mirror:
         """The file's identity once `ensure_schema` passed: checked before each use."""
         self._unmarked = False
         self._marker_failed = False
+        self.outbox_queued = 0
+        """How many commits have queued outbox writes (read from the loop: a drain whose
+        last read saw the count unchanged has seen every write queued)."""
         event.listen(self.engine, "connect", _on_connect)
         event.listen(self.engine, "begin", self._on_begin)
         event.listen(self.engine, "handle_error", self._on_error)
@@ -360,7 +365,7 @@ class Mirror:
 
     def snapshot(self) -> Snapshot:
         with self.engine.connect() as conn:
-            entries = [_entry(r) for r in conn.execute(select(entries_table))]
+            entries = [_entry_row(r) for r in conn.exec_driver_sql(_SELECT_ENTRIES)]
             tombs = {r.id for r in conn.execute(select(tombstones_table.c.id))}
             meta = {r.key: r.value for r in conn.execute(select(meta_table))}
             latest = func.max(runs_table.c.scheduled_at)
@@ -374,14 +379,9 @@ class Mirror:
 
     def record_texts(self, after: str = "", limit: int = 5000) -> list[tuple[str, str]]:
         """Return a page of (id, record JSON text) with ids after `after`, in id order."""
-        q = (
-            select(records_table.c.id, records_table.c.record)
-            .where(records_table.c.id > after)
-            .order_by(records_table.c.id)
-            .limit(limit)
-        )
         with self.engine.connect() as conn:
-            return [(r.id, r.record) for r in conn.execute(q)]
+            rows = conn.exec_driver_sql(_RECORD_TEXTS, (after, limit))
+            return [(rid, text) for rid, text in rows]
 
     def open_runs(self) -> list[RunRow]:
         with self.engine.connect() as conn:
@@ -422,30 +422,20 @@ class Mirror:
         A row whose stored text no longer decodes (a damaged mirror) is set aside here, so
         that it cannot stop the writes behind it.
         """
-        q = select(outbox_table).where(outbox_table.c.set_aside_at.is_(None))
-        if due_by is not None:
-            held = outbox_table.c.not_before
-            q = q.where(or_(held.is_(None), held <= due_by))
-        q = q.order_by(outbox_table.c.seq).limit(limit)
         items: list[OutboxItem] = []
         undecodable: list[int] = []
         with self.engine.connect() as conn:
-            for r in conn.execute(q):
+            if due_by is None:
+                rows = conn.exec_driver_sql(_PENDING_OUTBOX, (limit,))
+            else:
+                rows = conn.exec_driver_sql(_DUE_OUTBOX, (due_by, limit))
+            for seq, dataset, record_id, fields_text, unset_text, attempts in rows:
                 try:
-                    fields_, unset = json.loads(r.fields), json.loads(r.unset)
+                    fields_, unset = json.loads(fields_text), json.loads(unset_text)
                 except ValueError:
-                    undecodable.append(r.seq)
+                    undecodable.append(seq)
                     continue
-                items.append(
-                    OutboxItem(
-                        seq=r.seq,
-                        dataset=r.dataset,
-                        record_id=r.record_id,
-                        fields=fields_,
-                        unset=unset,
-                        attempts=r.attempts,
-                    )
-                )
+                items.append(OutboxItem(seq, dataset, record_id, fields_, unset, attempts))
         if undecodable:
             reason = "its text in the mirror is not valid JSON"
             self.set_aside_outbox(undecodable, reason, time.time())
@@ -488,6 +478,8 @@ class Mirror:
             return
         with self.engine.begin() as conn:
             _write_batch(conn, batch, now)
+        if batch.outbox or batch.held:
+            self.outbox_queued += 1
         if self._unmarked and self.mirror_id is not None:
             self._mark()
 
@@ -495,7 +487,8 @@ class Mirror:
         seqs = list(seqs)
         with self.engine.begin() as conn:
             for chunk in _chunks(seqs, 500):
-                conn.execute(delete(outbox_table).where(outbox_table.c.seq.in_(chunk)))
+                marks = ", ".join("?" * len(chunk))
+                conn.exec_driver_sql(f"DELETE FROM outbox WHERE seq IN ({marks})", tuple(chunk))
 
     def fail_outbox(self, seqs: Iterable[int], error: str) -> None:
         seqs = list(seqs)
@@ -531,80 +524,77 @@ class Mirror:
         return int(result.rowcount or 0)
 
 
+def _upsert_sql(table: Table, key: str) -> str:
+    """Return the INSERT … ON CONFLICT DO UPDATE of every column of `table` but `key`."""
+    cols = [c.name for c in table.c]
+    sets = ", ".join(f"{c} = excluded.{c}" for c in cols if c != key)
+    marks = ", ".join("?" for _ in cols)
+    return (
+        f"INSERT INTO {table.name} ({', '.join(cols)}) VALUES ({marks}) "
+        f"ON CONFLICT ({key}) DO UPDATE SET {sets}"
+    )
+
+
+# The statements a step's commit runs, written once: built and compiled by SQLAlchemy on
+# every commit, they cost more CPU than the rows they write (issue 13, item 3).
+_RECORD_COLS = ("id", "version", "record", "seen_at")
+_UPSERT_RECORD = (
+    f"INSERT INTO trigger_records ({', '.join(_RECORD_COLS)}) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (id) DO UPDATE SET version = excluded.version, record = excluded.record, "
+    "seen_at = excluded.seen_at"
+)
+_UPSERT_ENTRY = _upsert_sql(entries_table, "trigger_id")
+_UPSERT_RUN = _upsert_sql(runs_table, "run_id")
+_INSERT_OUTBOX = (
+    "INSERT INTO outbox (dataset, record_id, fields, unset, created_at, attempts, last_error, "
+    "set_aside_at, not_before) VALUES (?, ?, ?, ?, ?, 0, NULL, NULL, ?)"
+)
+_PENDING_OUTBOX = (
+    "SELECT seq, dataset, record_id, fields, unset, attempts FROM outbox "
+    "WHERE set_aside_at IS NULL ORDER BY seq LIMIT ?"
+)
+_DUE_OUTBOX = (
+    "SELECT seq, dataset, record_id, fields, unset, attempts FROM outbox "
+    "WHERE set_aside_at IS NULL AND (not_before IS NULL OR not_before <= ?) "
+    "ORDER BY seq LIMIT ?"
+)
+_INSERT_TOMBSTONE = (
+    "INSERT INTO tombstones (id, deleted_at) VALUES (?, ?) ON CONFLICT (id) DO NOTHING"
+)
+_UPSERT_META = (
+    "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET "
+    "value = excluded.value"
+)
+
+
 def _write_batch(conn: Connection, batch: Batch, now: float) -> None:
     if batch.records:
-        stmt = sqlite_insert(records_table)
-        conn.execute(
-            stmt.on_conflict_do_update(
-                index_elements=["id"],
-                set_={
-                    "version": stmt.excluded.version,
-                    "record": stmt.excluded.record,
-                    "seen_at": stmt.excluded.seen_at,
-                },
-            ),
-            [
-                {"id": i, "version": v, "record": _dumps(r), "seen_at": now}
-                for i, v, r in batch.records
-            ],
-        )
+        conn.exec_driver_sql(_UPSERT_RECORD, [(i, v, _dumps(r), now) for i, v, r in batch.records])
     for chunk in _chunks(batch.forget_records, 500):
         conn.execute(delete(records_table).where(records_table.c.id.in_(chunk)))
     if batch.entries:
-        stmt = sqlite_insert(entries_table)
-        cols = [c.name for c in entries_table.c if c.name != "trigger_id"]
-        conn.execute(
-            stmt.on_conflict_do_update(
-                index_elements=["trigger_id"], set_={c: stmt.excluded[c] for c in cols}
-            ),
-            [_entry_values(e) for e in batch.entries],
-        )
+        conn.exec_driver_sql(_UPSERT_ENTRY, [_entry_values(e) for e in batch.entries])
     for chunk in _chunks(batch.evict, 500):
         conn.execute(delete(entries_table).where(entries_table.c.trigger_id.in_(chunk)))
     if batch.tombstones:
-        stmt = sqlite_insert(tombstones_table).on_conflict_do_nothing(index_elements=["id"])
-        conn.execute(stmt, [{"id": i, "deleted_at": now} for i in batch.tombstones])
+        conn.exec_driver_sql(_INSERT_TOMBSTONE, [(i, now) for i in batch.tombstones])
     if batch.runs:
-        stmt = sqlite_insert(runs_table)
-        cols = [c.name for c in runs_table.c if c.name != "run_id"]
-        conn.execute(
-            stmt.on_conflict_do_update(
-                index_elements=["run_id"], set_={c: stmt.excluded[c] for c in cols}
-            ),
-            [_run_values(r) for r in batch.runs],
-        )
+        conn.exec_driver_sql(_UPSERT_RUN, [_run_values(r) for r in batch.runs])
     for chunk in _chunks(batch.drop_runs, 500):
         conn.execute(delete(runs_table).where(runs_table.c.run_id.in_(chunk)))
     for rid, held_until in batch.drop_held:
         c = outbox_table.c
         conn.execute(delete(outbox_table).where(c.record_id == rid, c.not_before == held_until))
     if batch.outbox or batch.held:
-        conn.execute(
-            insert(outbox_table),
+        conn.exec_driver_sql(
+            _INSERT_OUTBOX,
             [
-                {
-                    "dataset": d,
-                    "record_id": i,
-                    "fields": _dumps(f),
-                    "unset": _dumps(list(u)),
-                    "created_at": now,
-                    "attempts": 0,
-                    "last_error": None,
-                    "set_aside_at": None,
-                    "not_before": held_until,
-                }
-                for d, i, f, u, held_until in [
-                    *((d, i, f, u, None) for d, i, f, u in batch.outbox),
-                    *batch.held,
-                ]
+                *((d, i, _dumps(f), _dumps(list(u)), now, None) for d, i, f, u in batch.outbox),
+                *((d, i, _dumps(f), _dumps(list(u)), now, t) for d, i, f, u, t in batch.held),
             ],
         )
     if batch.meta:
-        stmt = sqlite_insert(meta_table)
-        conn.execute(
-            stmt.on_conflict_do_update(index_elements=["key"], set_={"value": stmt.excluded.value}),
-            [{"key": k, "value": v} for k, v in batch.meta.items()],
-        )
+        conn.exec_driver_sql(_UPSERT_META, list(batch.meta.items()))
 
 
 def _chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
@@ -614,26 +604,38 @@ def _chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
 
 # The columns of `entries` and `runs` are named as the fields of EntryRow and RunRow, so a
 # row maps onto its dataclass field by field; only a run's `result` is stored as JSON.
+_ENTRY_COLS = tuple(c.name for c in entries_table.c)
+_RUN_COLS = tuple(c.name for c in runs_table.c)
+
+
 _ENTRY_FIELDS = tuple(f.name for f in fields(EntryRow))
-_RUN_FIELDS = tuple(f.name for f in fields(RunRow))
+_SELECT_ENTRIES = f"SELECT {', '.join(_ENTRY_FIELDS)} FROM entries"
+_RECORD_TEXTS = "SELECT id, record FROM trigger_records WHERE id > ? ORDER BY id LIMIT ?"
+_BOOL_AT = tuple(i for i, f in enumerate(fields(EntryRow)) if f.type in (bool, "bool"))
 
 
-def _entry(r: Any) -> EntryRow:
-    return EntryRow(**r._mapping)
+def _entry_row(r: Sequence[Any]) -> EntryRow:
+    """Return the entry of a `_SELECT_ENTRIES` row (SQLite gives its booleans as 0 and 1)."""
+    values = list(r)
+    for i in _BOOL_AT:
+        values[i] = bool(values[i])
+    return EntryRow(*values)
 
 
-def _entry_values(e: EntryRow) -> dict[str, Any]:
-    return {name: getattr(e, name) for name in _ENTRY_FIELDS}
+def _entry_values(e: EntryRow) -> tuple[Any, ...]:
+    """Return an entry's values in the order of the `entries` table's columns."""
+    return tuple(getattr(e, name) for name in _ENTRY_COLS)
 
 
 def _run(r: Any) -> RunRow:
     return RunRow(**{**r._mapping, "result": json.loads(r.result)})
 
 
-def _run_values(r: RunRow) -> dict[str, Any]:
-    values = {name: getattr(r, name) for name in _RUN_FIELDS}
-    values["result"] = _dumps(dict(r.result))
-    return values
+def _run_values(r: RunRow) -> tuple[Any, ...]:
+    """Return a run's values in the order of the `runs` table's columns."""
+    return tuple(
+        _dumps(dict(r.result)) if name == "result" else getattr(r, name) for name in _RUN_COLS
+    )
 
 
 def _on_connect(dbapi_conn: sqlite3.Connection, record: ConnectionPoolEntry) -> None:

@@ -3,6 +3,7 @@ batches, each acknowledged only once the server has taken it."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import time
@@ -25,6 +26,11 @@ log = logging.getLogger("anyrtd.outbox")
 
 TRIGGERS = "triggers"
 RUNS = "runs"
+
+WINDOW_S = 0.5
+"""How long the outbox loop lets writes gather after it is woken, before it drains: the runs
+of several due batches then go in one request per dataset, and their trigger's writes fold
+into one write per record (`merge`), instead of a request pair for every batch."""
 
 
 @dataclass
@@ -83,30 +89,51 @@ async def drain(
     """
     result = DrainResult()
     for _ in range(rounds):
+        queued = db.mirror.outbox_queued
         items = await db.call(lambda m: m.outbox_pending(batch, due_by=now()))
         if not items:
             return result
-        for dataset, group in coalesce(items):
-            where = locate(dataset)
-            if where is None:
-                result.error = "the server's datasets are not resolved yet"
-                return result
-            try:
-                versions = await client.upsert(where, merge(group))
-                sent = group
-            except ServerUnavailable as exc:
-                result.error = str(exc)
-                await db.call(functools.partial(_fail, seqs=[i.seq for i in group], error=str(exc)))
-                return result
-            except Exception:
-                # A refused (atomic) batch, or one the client could not send: one item is
-                # enough for that, so send one by one to find it.
-                versions, sent = await _one_by_one(db, client, where, group, result, now)
-            await db.call(functools.partial(_ack, seqs=[i.seq for i in sent]))
-            result.sent += len(sent)
-            result.acked.extend((i.dataset, i.record_id, versions.get(i.record_id)) for i in sent)
-            if result.error is not None:
-                return result
+        located = [(locate(dataset), group) for dataset, group in coalesce(items)]
+        groups = [(where, group) for where, group in located if where is not None]
+        if len(groups) < len(located):
+            result.error = "the server's datasets are not resolved yet"
+            return result
+        # One request per dataset, sent together: the server takes them at once, and the
+        # change feed shows them back in one page rather than one page each.
+        answers = await asyncio.gather(
+            *(client.upsert(where, merge(group)) for where, group in groups),
+            return_exceptions=True,
+        )
+        taken: list[OutboxItem] = []
+        try:
+            for (where, group), answer in zip(groups, answers, strict=True):
+                if isinstance(answer, ServerUnavailable):
+                    result.error = str(answer)
+                    seqs = [i.seq for i in group]
+                    await db.call(functools.partial(_fail, seqs=seqs, error=str(answer)))
+                    continue
+                if isinstance(answer, Exception):
+                    # A refused (atomic) batch, or one the client could not send: one item is
+                    # enough for that, so send one by one to find it.
+                    versions, sent = await _one_by_one(db, client, where, group, result, now)
+                elif isinstance(answer, BaseException):
+                    raise answer
+                else:
+                    versions, sent = answer, group
+                taken += sent
+                result.sent += len(sent)
+                result.acked.extend(
+                    (i.dataset, i.record_id, versions.get(i.record_id)) for i in sent
+                )
+        finally:
+            # What the server took is acknowledged in one transaction per round, whatever
+            # stopped the round.
+            if taken:
+                await db.call(functools.partial(_ack, seqs=[i.seq for i in taken]))
+        if result.error is not None:
+            return result
+        if len(items) < batch and db.mirror.outbox_queued == queued:
+            return result  # the round took all there was, and nothing was queued since
     return result
 
 

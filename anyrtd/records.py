@@ -13,7 +13,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from anyrtd.model import Malformed, TriggerDef, parse_record, with_runtime
+from anyrtd.model import (
+    RUNTIME_FIELDS,
+    Malformed,
+    TriggerDef,
+    parse_record,
+    with_runtime,
+    with_version,
+)
 
 
 @dataclass(slots=True)
@@ -26,6 +33,18 @@ class Overlay:
     """Writes queued and not yet acknowledged by the server."""
     acked_version: int = 0
     """The highest record version the server returned for these writes."""
+    base_version: int = 0
+    """The version of the server's record under these writes (the cache's)."""
+    acks: set[int] = field(default_factory=set)
+    """Every record version the server returned for these writes."""
+
+    def echoed_by(self, version: int) -> bool:
+        """Return whether the record at `version` is the server's record under this overlay
+        with these writes and nothing else: every write acknowledged, and each version
+        between the base and `version` one of them."""
+        if self.outstanding or version != self.acked_version or version <= self.base_version:
+            return False
+        return sum(1 for v in self.acks if v > self.base_version) == version - self.base_version
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,12 +101,33 @@ class RecordCache:
         v = version if isinstance(version, int) and not isinstance(version, bool) else 0
         if rid in self._version and self._version[rid] >= v and v:
             return None
-        self._version[rid] = v
         overlay = self._overlay.get(rid)
+        parsed = self.parsed.get(rid)
+        if overlay is not None and overlay.echoed_by(v) and isinstance(parsed, TriggerDef):
+            # This device's own writes shown back, on the record it had: the definition is
+            # the one already held (the overlay laid over it), at the new version.
+            self._version[rid] = v
+            del self._overlay[rid]
+            self._base.pop(rid, None)
+            self.parsed[rid] = with_version(parsed, v)
+            return rid
+        self._version[rid] = v
         if overlay is not None and overlay.outstanding == 0 and v >= overlay.acked_version:
             del self._overlay[rid]
+        elif overlay is not None:
+            overlay.base_version = v
         self._store(rid, dict(record), None)
         return rid
+
+    def echo(self, rid: str) -> bool:
+        """Return whether a change of `rid` may be this device's own fire writes shown back
+        (it has such writes on it, runtime fields only), which no tick has to wait for."""
+        overlay = self._overlay.get(rid)
+        return (
+            overlay is not None
+            and overlay.fields.keys() <= RUNTIME_FIELDS
+            and overlay.unset <= RUNTIME_FIELDS
+        )
 
     def load(self, text: str) -> None:
         """Store a record read back from the mirror, given as the JSON text it was stored in."""
@@ -113,7 +153,9 @@ class RecordCache:
             if isinstance(parsed, TriggerDef):
                 # Keep the server's view from before the first write, to return to later.
                 self._base[rid] = parsed
-        overlay = self._overlay.setdefault(rid, Overlay())
+        overlay = self._overlay.get(rid)
+        if overlay is None:
+            overlay = self._overlay[rid] = Overlay(base_version=self._version.get(rid, 0))
         for key, value in fields.items():
             overlay.fields[key] = value
             overlay.unset.discard(key)
@@ -139,6 +181,7 @@ class RecordCache:
         overlay.outstanding = max(0, overlay.outstanding - 1)
         if version is not None:
             overlay.acked_version = max(overlay.acked_version, version)
+            overlay.acks.add(version)
         if overlay.outstanding == 0 and self._version.get(rid, 0) >= overlay.acked_version:
             del self._overlay[rid]
             if rid in self._base:
@@ -148,7 +191,10 @@ class RecordCache:
         """Lay `fields` over a record until the server shows a newer version than the cached
         one: a write of this device the server took before a restart, not yet read back."""
         self.write(rid, fields)
-        self.acked(rid, self._version.get(rid, 0) + 1)
+        overlay = self._overlay[rid]
+        # Not a version the server returned: the record shown at it is read as it is.
+        overlay.outstanding -= 1
+        overlay.acked_version = max(overlay.acked_version, self._version.get(rid, 0) + 1)
 
     def mark(self, rid: str) -> RecordMark:
         """Return what `rewind` needs to put `rid` back as it is now (before a write)."""
@@ -156,7 +202,12 @@ class RecordCache:
         kept = None
         if overlay is not None:
             kept = Overlay(
-                dict(overlay.fields), set(overlay.unset), overlay.outstanding, overlay.acked_version
+                dict(overlay.fields),
+                set(overlay.unset),
+                overlay.outstanding,
+                overlay.acked_version,
+                overlay.base_version,
+                set(overlay.acks),
             )
         return RecordMark(self._version.get(rid), kept, self._base.get(rid), self.parsed.get(rid))
 

@@ -27,6 +27,10 @@ from anyrtd.vocab import Verdict, is_stamp, stamp
 
 log = logging.getLogger("anyrtd.daemon")
 
+FULL_READ_PAGE = 5000
+"""Records per page of a full read: a request costs the daemon more CPU than a thousand of
+the records in it, and the server answers up to 10,000 (docs/server-api.md)."""
+
 FEED_HEAD = 2**53
 """A `since` past any sequence number: the feed answers with its head and no changes."""
 
@@ -158,7 +162,9 @@ class Sync:
             else:
                 self.cursor = page.seq
                 self.unit.meta({"cursor": str(page.seq)})
-        records = await self.client.query_all(self.places.triggers, include_deleted=True)
+        records = await self.client.query_all(
+            self.places.triggers, include_deleted=True, page_size=FULL_READ_PAGE
+        )
         self._buffer.append(records)
         self._last_full = now
 
@@ -176,7 +182,13 @@ class Sync:
         return page
 
     def take(self, page: ChangePage, now: float) -> int:
-        """Buffer the page's trigger changes and move the cursor past it; return how many."""
+        """Buffer the page's trigger changes and move the cursor past it; return how many of
+        them a tick should apply soon.
+
+        A change of a record this device has its own fire writes on (a rollup, a once's
+        consumption) is most likely those writes shown back: it waits for the next tick
+        rather than waking one, so that a busy device does not tick for its own echoes.
+        """
         assert self.places is not None and self.cursor is not None
         relevant = [c for c in page.changes if self.places.matches_triggers(c)]
         if self.fence is not None:  # the lag as the page arrives, not when a tick applies it
@@ -185,7 +197,8 @@ class Sync:
         self.cursor = max(self.cursor, page.seq)
         self.unit.meta({"cursor": str(self.cursor)})
         self._buffer.extend(relevant)
-        return len(relevant)
+        echo = self.records.echo
+        return sum(1 for c in relevant if c.op == "delete" or c.record is None or not echo(c.id))
 
     def buffer(self, change: Change) -> None:
         """Buffer a change read outside the feed (a record this device just seeded)."""

@@ -183,6 +183,7 @@ class Unit:
         if not self._batch:
             return
         async with self._lock:
+            await asyncio.sleep(0)  # the writes queued in this turn of the loop join in
             await self._commit_pending(now)
 
     async def commit_apart(self, apart: Apart, now: float) -> None:

@@ -540,3 +540,34 @@ async def test_unknown_space_object_and_foreign_collection_are_404(api: Api) -> 
     for path in ("/v1/spaces/nope/types", "/v1/spaces/nope/datasets", "/v1/spaces/nope/changes"):
         resp = await api.http.get(path)
         assert resp.status_code == 404 and error_code(resp.json()) == "not_found"
+
+
+def test_a_page_without_a_sort_matches_the_sorted_query_and_reads_only_its_own_rows() -> None:
+    from anyrtd.devserver.records import compile_filter, page_by_id, run_query
+
+    records = [{"id": f"r{i:04d}", "bucket": i % 3} for i in range(0, 1000, 7)]
+    read: list[str] = []
+
+    def after(last: str | None) -> Any:
+        for r in records:
+            if last is None or r["id"] > last:
+                read.append(r["id"])
+                yield r
+
+    for flt in (None, {"bucket": 1}, {"bucket": {"$in": [0, 2]}}):
+        conditions = compile_filter(flt)
+        for limit in (None, 1, 10, 50, 143, 1000):
+            sorted_token: str | None = None
+            by_id_token: str | None = None
+            while True:
+                expected = run_query(
+                    records, conditions, [], limit=limit, after=sorted_token, shape="s"
+                )
+                read.clear()
+                got = page_by_id(after, conditions, limit=limit, after=by_id_token, shape="s")
+                assert got == expected
+                if limit is not None:  # the page and the one row that tells a next page
+                    assert len(read) <= 3 * (limit + 1)
+                if got.next is None:
+                    break
+                sorted_token, by_id_token = expected.next, got.next

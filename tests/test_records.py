@@ -203,3 +203,109 @@ def test_a_once_consumption_and_a_rollup_write_parse_no_record(
     assert len(calls) == 1
     assert defn(cache).name == "renamed"
     assert defn(cache).enabled is False
+
+
+# This device's own writes shown back at the version the server gave them take a path that
+# parses nothing: the cache must read exactly as when every record shown back is parsed.
+
+_SANE_WRITE = st.tuples(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "enabled": st.booleans(),
+            RollupField.LAST_STATUS: st.sampled_from(["ok", "failed"]),
+            RollupField.RUN_COUNT: st.integers(min_value=0, max_value=3),
+            RollupField.LAST_RUN_AT: st.floats(min_value=0, max_value=2e9),
+            "name": st.sampled_from(["a", "b"]),
+        },
+    ),
+    st.lists(st.sampled_from([RollupField.LAST_STATUS, RollupField.RUN_COUNT]), max_size=1),
+)
+_EVENTS = st.lists(
+    st.tuples(
+        st.sampled_from(["write", "send", "send", "ack", "ack", "show", "show", "foreign"]),
+        _SANE_WRITE,
+    ),
+    min_size=1,
+    max_size=30,
+)
+
+
+class _ParsedOverlay(records.Overlay):
+    """An overlay that never takes its writes shown back as an echo: each is parsed."""
+
+    __slots__ = ()
+
+    def echoed_by(self, version: int) -> bool:
+        return False
+
+
+@settings(max_examples=600, deadline=None)
+@given(events=_EVENTS)
+def test_own_writes_shown_back_read_as_a_full_parse_of_the_shown_record(
+    events: list[tuple[str, Any]],
+) -> None:
+    server = record(1, kind="once", spec={"at": 1_900_000_000})
+    quick, full = RecordCache(), RecordCache()
+    for cache in (quick, full):
+        cache.put(copy.deepcopy(server))
+    queued: list[tuple[dict[str, Any], list[str]]] = []
+    sent: list[tuple[int, int]] = []  # (version, writes in it), oldest first
+
+    def apply(fields: dict[str, Any], unset: list[str]) -> None:
+        server.update(copy.deepcopy(fields))
+        for key in unset:
+            server.pop(key, None)
+
+    for kind, arg in events:
+        if kind == "write":
+            fields, unset = arg
+            queued.append((fields, unset))
+            for cache in (quick, full):
+                cache.write("t", copy.deepcopy(fields), unset)
+        elif kind == "send" and queued:
+            for fields, unset in queued:  # the outbox folds them into one write
+                apply(fields, unset)
+            server["_v"] += 1
+            sent.append((server["_v"], len(queued)))
+            queued = []
+        elif kind == "ack" and sent:
+            version, n = sent.pop(0)
+            for _ in range(n):
+                quick.acked("t", version)
+                full.acked("t", version)
+        elif kind == "foreign":
+            apply(*arg)
+            server["_v"] += 1
+        elif kind == "show":
+            quick.put(copy.deepcopy(server))
+            full.put(copy.deepcopy(server))
+        if (overlay := full._overlay.get("t")) is not None:
+            overlay.__class__ = _ParsedOverlay
+        _same(quick.parsed["t"], full.parsed["t"])
+        assert quick.version("t") == full.version("t")
+        assert getattr(quick.parsed["t"], "version", None) == getattr(
+            full.parsed["t"], "version", None
+        )
+
+
+def test_an_acknowledged_write_shown_back_is_not_parsed_again_unless_another_write_came_between(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[object] = []
+    monkeypatch.setattr(records, "parse_record", lambda r: calls.append(r) or parse_record(r))
+    cache = RecordCache()
+    cache.put(record(1))
+    cache.write("t", {RollupField.LAST_STATUS: "ok", RollupField.RUN_COUNT: 1})
+    cache.acked("t", 2)
+    calls.clear()
+    cache.put(record(2, lastStatus="ok", runCount=1))
+    assert calls == [] and defn(cache).version == 2
+    assert defn(cache) == parse_record(record(2, lastStatus="ok", runCount=1))
+    assert cache.echo("t") is False  # nothing of this device's is on it any more
+
+    cache.write("t", {RollupField.RUN_COUNT: 2})
+    assert cache.echo("t") is True
+    cache.acked("t", 4)  # version 3 was another device's write
+    cache.put(record(4, lastStatus="ok", runCount=2, name="renamed"))
+    assert len(calls) == 1 and defn(cache).name == "renamed"

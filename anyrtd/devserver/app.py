@@ -23,6 +23,7 @@ from anyrtd.devserver.records import (
     compile_filter,
     compile_sort,
     fingerprint,
+    page_by_id,
     parse_ops,
     run_query,
     type_name,
@@ -486,6 +487,11 @@ async def _query(request: web.Request) -> web.Response:
     )
 
     def run() -> Page:
+        if not keys:  # id order is the store's own: read only as far as the page goes
+            rows_after = functools.partial(
+                hub.store.records_after, device.replica, where, include_deleted
+            )
+            return page_by_id(rows_after, conditions, limit=limit, after=after, shape=shape)
         rows = hub.store.records(device.replica, where, include_deleted)
         return run_query(rows, conditions, keys, limit=limit, after=after, shape=shape)
 

@@ -9,7 +9,7 @@ import functools
 import hashlib
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -428,6 +428,34 @@ def run_query(
     page = decorated[:limit]
     last_pos, last_id = page[-1][0]
     return Page([r for _, r in page], encode_token(shape, last_pos, last_id))
+
+
+def page_by_id(
+    records_after: Callable[[str | None], Iterable[Record]],
+    conditions: Sequence[Condition],
+    *,
+    limit: int | None,
+    after: str | None,
+    shape: str,
+) -> Page:
+    """Filter and page flat records of a query without a sort (so in id order).
+
+    `records_after(last_id)` yields the records past `last_id` in id order: the page stops
+    reading once it is full, so paging through a dataset reads each record about once
+    instead of the whole dataset for every page. Pages and tokens are those `run_query`
+    gives for the same query.
+    """
+    last = decode_token(after, shape)[1] if after is not None else None
+    rows: list[Record] = []
+    for r in records_after(last):
+        if matches(r, conditions):
+            rows.append(r)
+            if limit is not None and len(rows) > limit:
+                break
+    if limit is None or len(rows) <= limit:
+        return Page(rows, None)
+    page = rows[:limit]
+    return Page(page, encode_token(shape, [], str(page[-1]["id"])))
 
 
 def encode_token(shape: str, position: list[tuple[bool, Any]], last_id: str) -> str:

@@ -511,19 +511,34 @@ class Store:
 
     def records(self, replica: int, where: Where, include_deleted: bool) -> list[Record]:
         """Return the flat records of a dataset (and its tombstones when asked), by id."""
-        rows = self._q(
+        return list(self.records_after(replica, where, include_deleted))
+
+    def records_after(
+        self, replica: int, where: Where, include_deleted: bool, after: str | None = None
+    ) -> Iterator[Record]:
+        """Yield the flat records of a dataset (and its tombstones when asked) with ids past
+        `after`, by id, reading them a chunk at a time: a page of a large dataset reads only
+        its own rows and those just past it, not the whole dataset."""
+        sql = (
             "SELECT id, fields, deleted, version, updated_at FROM records WHERE replica = ? "
-            "AND space = ? AND object_id = ? AND dataset = ? ORDER BY id",
-            (replica, where.space, where.object_id, where.dataset),
+            "AND space = ? AND object_id = ? AND dataset = ?"
         )
-        out = []
-        for rid, fields, deleted, version, updated_at in rows:
-            if deleted:
-                if include_deleted:
-                    out.append({"id": rid, "_deleted": True, "_v": version})
-                continue
-            out.append(_flat(rid, _Row(json.loads(fields), {}, False, version, updated_at)))
-        return out
+        params: tuple[Any, ...] = (replica, where.space, where.object_id, where.dataset)
+        if after is not None:
+            sql, params = sql + " AND id > ?", (*params, after)
+        if not include_deleted:
+            sql += " AND deleted = 0"
+        cursor = self.db.execute(sql + " ORDER BY id", params)
+        try:
+            while chunk := cursor.fetchmany(256):
+                for rid, fields, deleted, version, updated_at in chunk:
+                    if deleted:
+                        yield {"id": rid, "_deleted": True, "_v": version}
+                    else:
+                        row = _Row(json.loads(fields), {}, False, version, updated_at)
+                        yield _flat(rid, row)
+        finally:
+            cursor.close()
 
     def changes(self, replica: int, space: str, since: int, limit: int) -> tuple[list[Record], int]:
         """Return up to `limit` feed entries after `since`, and the feed's head."""

@@ -176,16 +176,27 @@ _RUN_LINE = logging.Formatter("%(levelname)s %(message)s")
 """How a run logger's line reads in the run's output (one formatter for every run)."""
 
 
-class RunLogHandler(logging.Handler):
-    """Copy a run logger's lines into the run's capture."""
+class RunLogger(logging.Logger):
+    """A run's logger (`ctx.log`): each line goes into the run's capture, then on to the
+    daemon's handlers through `parent`.
 
-    def __init__(self, capture: Capture) -> None:
-        super().__init__(logging.DEBUG)
+    Not registered with logging's manager, so it goes away with the run; and no handler of
+    its own (a handler takes a lock and a place in logging's registry), so a run costs one
+    object here.
+    """
+
+    def __init__(self, name: str, capture: Capture, parent: logging.Logger) -> None:
+        super().__init__(name, logging.INFO)
+        self.parent = parent
         self._capture = capture
-        self.setFormatter(_RUN_LINE)
 
-    def emit(self, record: logging.LogRecord) -> None:
+    def callHandlers(self, record: logging.LogRecord) -> None:
         try:
-            self._capture.add_line(self.format(record))
+            self._capture.add_line(_RUN_LINE.format(record))
         except Exception:
-            self.handleError(record)
+            _ERRORS.handleError(record)
+        super().callHandlers(record)
+
+
+_ERRORS = logging.Handler()
+"""Reports a line that could not be captured the way a handler would (logging's own rule)."""

@@ -26,7 +26,7 @@ from anyrtd.config import CommandProgram
 from anyrtd.notify import child_environ
 from anyrtd.program import ProgramContext, ProgramFn, RunOutcome, RunRequest
 from anyrtd.programs import BUILTINS
-from anyrtd.runner.capture import Capture, LastLine, LineSink, Pipes, RunLogHandler
+from anyrtd.runner.capture import Capture, LastLine, LineSink, Pipes, RunLogger
 from anyrtd.runner.process import (
     KILL_WAIT_S,
     OutOfDescriptors,
@@ -291,14 +291,6 @@ class Runner:
             )
         return _Ended(RunStatus.INTERRUPTED, None, "the daemon stopped this run")
 
-    def _run_logger(self, req: RunRequest, capture: Capture) -> logging.Logger:
-        # Not registered with logging's manager, so it goes away with the run; its
-        # lines still reach the daemon's handlers through the parent.
-        logger = logging.Logger(f"anyrtd.programs.run.{req.run_id}", logging.INFO)
-        logger.parent = _PROGRAM_LOG
-        logger.addHandler(RunLogHandler(capture))
-        return logger
-
     def _call(
         self, main: ProgramFn, req: RunRequest, capture: Capture, flight: _Flight
     ) -> asyncio.Task[Any]:
@@ -311,7 +303,7 @@ class Runner:
             device=req.device,
             agent_name=self._agent_name,
             space=self._space,
-            log=self._run_logger(req, capture),
+            log=RunLogger(f"anyrtd.programs.run.{req.run_id}", capture, _PROGRAM_LOG),
             client=self._client,
             clock=self._clock,
         )
