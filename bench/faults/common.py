@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from anyrtd.client import ServerClient, Upsert
+from anyrtd.client import Dataset, ServerClient, Upsert
 from anyrtd.places import Places, resolve_places
 
 T = TypeVar("T")
@@ -334,6 +334,10 @@ class Serve:
         with self.http() as client:
             return client.get(path, params=params).json()
 
+    def get_text(self, path: str) -> str:
+        with self.http() as client:
+            return client.get(path).text
+
     def kill9(self) -> int | None:
         """SIGKILL the daemon alone (its programs stay, as after a crash)."""
         proc, self.proc = self.proc, None
@@ -389,6 +393,11 @@ class Space:
 
         self._call(go)
 
+    def dataset(self) -> Dataset:
+        """Return where the trigger records live (for writes the client would not send)."""
+        found: Dataset = self._call(lambda c, p: asyncio.sleep(0, p.triggers))
+        return found
+
     def runs(self) -> list[dict[str, Any]]:
         """Return every `agent_runs` record on the server."""
         found: list[dict[str, Any]] = self._call(lambda c, p: c.query_all(p.runs))
@@ -414,7 +423,7 @@ def cron(expr: str, program: str, **extra: Any) -> dict[str, Any]:
 def marker_program(started: Path, *then: str) -> list[str]:
     """A command that notes `run-id trigger-id scheduled-at` in `started`, then runs `then`."""
     note = f'echo "$ANYRTD_RUN_ID $ANYRTD_TRIGGER_ID $ANYRTD_SCHEDULED_AT" >> {started}'
-    return ["/bin/sh", "-c", "; ".join([note, *then])]
+    return ["/bin/sh", "-c", "\n".join([note, *then])]
 
 
 def started_runs(started: Path) -> dict[str, tuple[str, str]]:
