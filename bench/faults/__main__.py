@@ -12,6 +12,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -52,6 +53,10 @@ def table(results: list[Result]) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.faults", description=__doc__)
     parser.add_argument(
@@ -62,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default="faults.json", help="Where to write the figures.")
     parser.add_argument("--keep", help="Keep each family's logs and state under this directory.")
     ns = parser.parse_args(argv)
+    # SIGTERM (and SIGINT, even in a background job) end the run through its clean-ups
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     names = ns.only or list(FAMILIES)
     started = dt.datetime.now(dt.UTC)
     report: dict[str, Any] = {

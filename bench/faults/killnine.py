@@ -47,6 +47,7 @@ MARK = "faults:mark@v1"
 LINGER = "faults:linger@v1"
 ONCES_PER_ROUND = 2
 KILL_WITHIN_S = (0.2, 4.0)
+OPENED = " opened: "  # the daemon's log line once it has closed what a crash left running
 
 
 def run(work: Path, rounds: int, seed: int = 15) -> Result:
@@ -68,7 +69,9 @@ def run(work: Path, rounds: int, seed: int = 15) -> Result:
     )
     space = Space(server.url)
     onces: list[str] = []
-    stranded: set[tuple[int, str]] = set()
+    stranded: set[tuple[int, str]] = set()  # every process a kill left running
+    pending: set[tuple[int, str]] = set()  # those no start has got past opening since
+    leftovers: set[tuple[int, str]] = set()
     bad_integrity: list[str] = []
     exits: Counter[str] = Counter()
     try:
@@ -88,23 +91,31 @@ def run(work: Path, rounds: int, seed: int = 15) -> Result:
             space.put(batch)
             onces += batch
             proc = serve.spawn()
+            offset = serve.log.stat().st_size if serve.log.exists() else 0
             deadline = time.monotonic() + rng.uniform(*KILL_WITHIN_S)
             while time.monotonic() < deadline and proc.poll() is None:
                 time.sleep(0.01)
+            opened = OPENED in serve.log_text()[offset:]
             if proc.poll() is not None:
                 exits[f"exited {proc.returncode} by itself"] += 1
                 serve.proc = None
             else:
                 serve.kill9()
                 exits["killed"] += 1
-            stranded |= tagged(tag)  # what the killed daemon's runs left running
+            if opened:  # that start closed the interrupted runs: their processes are gone
+                within(lambda p=pending: not alive(p), 2)
+                leftovers |= alive(pending)
+                pending = set()
+            left = tagged(tag) - leftovers  # what the killed daemon's runs left running
+            stranded |= left
+            pending |= left
             verdict = integrity(serve.mirror)
             if verdict != "ok":
                 bad_integrity.append(f"round {n}: {verdict}")
         # The last start: every once fires, every started run gets its record.
         serve.start()
-        within(lambda: not alive(stranded), 30)
-        leftovers = alive(stranded)
+        within(lambda: not alive(pending), 10)
+        leftovers |= alive(pending)
         space.put({rid: {"enabled": False} for rid in ("every1", "cron1", "linger3")})
 
         runs, missing = settle(space, started, onces)
