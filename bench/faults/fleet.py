@@ -10,6 +10,7 @@ what every device's replica shows afterwards.
 from __future__ import annotations
 
 import asyncio
+import warnings
 from pathlib import Path
 
 from bench.bench_fence import Cluster, scenario
@@ -34,7 +35,10 @@ def run(work: Path, rounds: int) -> Result:
         tmp.mkdir(parents=True, exist_ok=True)
         cluster = Cluster(tmp, delay, TICK, POLL)
         try:
-            cluster.start()
+            with warnings.catch_warnings():
+                # Cluster.start hands its log files to the processes and drops its own copies
+                warnings.simplefilter("ignore", ResourceWarning)
+                cluster.start()
             # the onces are written over a window of 0.4 s each, as bench_fence does at 90/36 s
             outcome = asyncio.run(scenario(cluster, per, max(12.0, per * 0.4), "records"))
         except SystemExit as exc:  # bench_fence's way of saying a wait timed out
@@ -42,6 +46,8 @@ def run(work: Path, rounds: int) -> Result:
             break
         finally:
             cluster.stop()
+            if cluster.server is not None and cluster.server.stdout is not None:
+                cluster.server.stdout.close()  # Cluster.stop leaves the pipe it read to the GC
         scenarios.append(outcome)
         twice += outcome["fired_twice"]
         never += outcome["never_fired"]
