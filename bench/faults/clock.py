@@ -62,7 +62,7 @@ def faketime_env(lib: str, rc: Path) -> dict[str, str]:
     return {
         "LD_PRELOAD": lib,
         "FAKETIME_TIMESTAMP_FILE": str(rc),
-        "FAKETIME_NO_CACHE": "1",
+        "FAKETIME_CACHE_DURATION": "1",  # the file is read again each second, not each call
         "FAKETIME_DONT_FAKE_MONOTONIC": "1",
         "FAKETIME_DONT_RESET": "1",
     }
