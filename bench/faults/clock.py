@@ -33,8 +33,7 @@ from bench.faults.common import (
     kill_tagged,
     marker_program,
     once,
-    settle,
-    started_runs,
+    quiesce,
 )
 
 ROUNDS = 6
@@ -170,7 +169,7 @@ def run(work: Path, rounds: int) -> Result:
                     window = started.read_text().splitlines()[mark:]
                     per = Counter(ln.split(" ")[1] for ln in window if ln.count(" ") == 2)
                     bursts.append(max(per[r] - int(elapsed / PERIOD_S[r]) - 2 for r in recurring))
-        runs, missing = settle(space, started, onces, timeout=60)
+        runs, noted, missing = quiesce(serve, space, RECURRING, started, onces, 60)
         if missing:
             result.notes.append(missing)
         serve.stop()
@@ -183,7 +182,7 @@ def run(work: Path, rounds: int) -> Result:
         kill_tagged(tag)
         set_offset(rc, 0)
 
-    per_once = Counter(trigger for trigger, _ in started_runs(started).values())
+    per_once = Counter(trigger for trigger, _ in noted.values())
     result.zero("duplicate (triggerId, scheduledAt)", duplicates(runs))
     result.zero("once fired twice", sum(1 for rid in onces if per_once[rid] > 1))
     result.zero("once never fired", sum(1 for rid in onces if per_once[rid] == 0))

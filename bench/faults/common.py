@@ -437,6 +437,27 @@ def started_runs(started: Path) -> dict[str, tuple[str, str]]:
     return out
 
 
+def quiesce(
+    serve: Serve,
+    space: Space,
+    ids: Iterable[str],
+    started: Path,
+    onces: Iterable[str] = (),
+    timeout: float = 120.0,
+) -> tuple[list[dict[str, Any]], dict[str, tuple[str, str]], str | None]:
+    """Disable the recurring triggers `ids`, wait until the daemon holds them disabled, then
+    `settle`; return the server's runs, the runs the programs noted, and what was missing."""
+    ids = list(ids)
+    space.put({rid: {"enabled": False} for rid in ids})
+
+    def disabled() -> bool:
+        return all(serve.get(f"/triggers/{rid}").get("enabled") is False for rid in ids)
+
+    wait_for(disabled, 60, "the daemon to hold the recurring triggers disabled", 0.2)
+    runs, missing = settle(space, started, onces, timeout)
+    return runs, started_runs(started), missing
+
+
 def settle(
     space: Space, started: Path, onces: Iterable[str], timeout: float = 120.0
 ) -> tuple[list[dict[str, Any]], str | None]:

@@ -32,7 +32,7 @@ from bench.faults.common import (
     kill_tagged,
     marker_program,
     once,
-    settle,
+    quiesce,
     started_runs,
     within,
 )
@@ -145,8 +145,7 @@ def run(work: Path, rounds: int) -> Result:
                 serve.start()  # as an operator would; the unit would not (exit 65)
             # pace the rounds: this once runs (or is lost) before the next fault
             within(lambda rid=rid: rid in {t for t, _ in started_runs(started).values()}, 8)
-        space.put({"every1": {"enabled": False}})
-        runs, missing = settle(space, started, onces, timeout=SETTLE_S)
+        runs, noted, missing = quiesce(serve, space, ["every1"], started, onces, SETTLE_S)
         if missing:
             result.notes.append(missing)
         left_running = running_rows(serve.mirror)
@@ -160,7 +159,6 @@ def run(work: Path, rounds: int) -> Result:
         kill_tagged(tag)
         subprocess.run(["umount", "-l", str(state)], capture_output=True)
 
-    noted = started_runs(started)
     ran = Counter(trigger for trigger, _ in noted.values())
     recorded = {r.get("runId") for r in runs}
     never_started = [r for r in runs if r.get("runId") not in noted]

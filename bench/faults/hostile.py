@@ -28,7 +28,7 @@ from bench.faults.common import (
     kill_tagged,
     marker_program,
     process_key,
-    settle,
+    quiesce,
     started_runs,
     tagged,
     within,
@@ -96,8 +96,7 @@ def run(work: Path, rounds: int) -> Result:
                 result.notes.append(f"only {len(started_runs(started))} programs in time")
                 break
             time.sleep(0.5)
-        space.put({rid: {"enabled": False} for rid in records})
-        runs, missing = settle(space, started, (), timeout=90)
+        runs, noted, missing = quiesce(serve, space, records, started, timeout=90)
         if missing:
             result.notes.append(missing)
         # what the runs left: wait out the budgets' ends and the kill grace
@@ -116,7 +115,6 @@ def run(work: Path, rounds: int) -> Result:
         server.stop()
         kill_tagged(tag)
 
-    noted = started_runs(started)
     recorded = {r.get("runId") for r in runs}
     kinds = Counter(trigger.rsplit("-", 1)[0] for trigger, _ in noted.values())
     result.zero("runs without a record", len(set(noted) - recorded))

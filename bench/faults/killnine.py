@@ -35,8 +35,7 @@ from bench.faults.common import (
     kill_tagged,
     marker_program,
     once,
-    settle,
-    started_runs,
+    quiesce,
     tagged,
     within,
 )
@@ -46,6 +45,11 @@ QUICK = 20
 MARK = "faults:mark@v1"
 LINGER = "faults:linger@v1"
 ONCES_PER_ROUND = 2
+RECURRING = {
+    "every1": every(1, MARK),
+    "cron1": cron("* * * * * *", MARK),
+    "linger3": every(3, LINGER),
+}
 KILL_WITHIN_S = (0.2, 4.0)
 OPENED = " opened: "  # the daemon's log line once it has closed what a crash left running
 
@@ -75,13 +79,7 @@ def run(work: Path, rounds: int, seed: int = 15) -> Result:
     bad_integrity: list[str] = []
     exits: Counter[str] = Counter()
     try:
-        space.put(
-            {
-                "every1": every(1, MARK),
-                "cron1": cron("* * * * * *", MARK),
-                "linger3": every(3, LINGER, limits={"timeoutS": 60}),
-            }
-        )
+        space.put(RECURRING)
         for n in range(rounds):
             now = time.time()
             batch = {
@@ -116,9 +114,8 @@ def run(work: Path, rounds: int, seed: int = 15) -> Result:
         serve.start()
         within(lambda: not alive(pending), 10)
         leftovers |= alive(pending)
-        space.put({rid: {"enabled": False} for rid in ("every1", "cron1", "linger3")})
 
-        runs, missing = settle(space, started, onces)
+        runs, noted, missing = quiesce(serve, space, RECURRING, started, onces)
         if missing:
             result.notes.append(missing)
         serve.stop()
@@ -134,7 +131,6 @@ def run(work: Path, rounds: int, seed: int = 15) -> Result:
         kill_tagged(tag)
 
     per_once = Counter(r.get("triggerId") for r in runs if r.get("triggerId") in set(onces))
-    noted = started_runs(started)
     recorded = {r.get("runId") for r in runs}
     statuses = Counter(str(r.get("status")) for r in runs)
     result.zero("duplicate (triggerId, scheduledAt)", duplicates(runs))

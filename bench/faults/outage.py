@@ -26,7 +26,7 @@ from bench.faults.common import (
     kill_tagged,
     marker_program,
     once,
-    settle,
+    quiesce,
     started_runs,
     wait_for,
 )
@@ -36,6 +36,11 @@ QUICK = 1
 RESTARTS = 3
 MARK = "faults:mark@v1"
 SLOW = "faults:slow@v1"
+RECURRING = {
+    "every1": every(1, MARK),
+    "cron1": cron("* * * * * *", MARK),
+    "slow3": every(3, SLOW),
+}
 
 
 def run(work: Path, rounds: int, outage_s: float | None = None) -> Result:
@@ -58,13 +63,7 @@ def run(work: Path, rounds: int, outage_s: float | None = None) -> Result:
     restarts: Counter[str] = Counter()
     down_s = 0.0
     try:
-        space.put(
-            {
-                "every1": every(1, MARK),
-                "cron1": cron("* * * * * *", MARK),
-                "slow3": every(3, SLOW),
-            }
-        )
+        space.put(RECURRING)
         serve.start()
         wait_for(lambda: len(started_runs(started)) >= 3, 30, "the first runs")
         for n in range(rounds):
@@ -93,7 +92,7 @@ def run(work: Path, rounds: int, outage_s: float | None = None) -> Result:
             time.sleep(max(0.0, went + length - time.monotonic()))
             down_s += time.monotonic() - went
             server.start()
-        runs, missing = settle(space, started, onces)
+        runs, noted, missing = quiesce(serve, space, RECURRING, started, onces)
         if missing:
             result.notes.append(missing)
         serve.stop()
@@ -106,7 +105,6 @@ def run(work: Path, rounds: int, outage_s: float | None = None) -> Result:
         kill_tagged(tag)
 
     per_once = Counter(r.get("triggerId") for r in runs)
-    noted = started_runs(started)
     result.zero("runs lost (no record)", len(set(noted) - {r.get("runId") for r in runs}))
     result.zero("duplicate (triggerId, scheduledAt)", duplicates(runs))
     result.zero("once fired twice", sum(1 for rid in onces if per_once[rid] > 1))
