@@ -16,4 +16,4 @@ from bench.faults.suite import run_family
 def test_kill_9_at_random_moments_loses_nothing_and_fires_nothing_twice(tmp_path: Path) -> None:
     result = run_family("kill9", tmp_path, rounds=5)
     assert result.ok, result.report()
-    assert result.figures["kills"] + sum(result.figures["exits"].values()) >= 5
+    assert sum(result.figures["exits"].values()) == 5  # killed, or exited by itself
