@@ -136,6 +136,8 @@ def run(work: Path, rounds: int, seed: int = 15) -> Result:
     result.zero("duplicate (triggerId, scheduledAt)", duplicates(runs))
     result.zero("once fired twice", sum(1 for rid in onces if per_once[rid] > 1))
     result.zero("once never fired", sum(1 for rid in onces if per_once[rid] == 0))
+    ran = Counter(trigger for trigger, _ in noted.values())
+    result.zero("once whose program never started", sum(1 for rid in onces if ran[rid] == 0))
     result.zero("runs without a record", len(set(noted) - recorded))
     result.zero("integrity_check not ok", len(bad_integrity))
     result.zero("processes of interrupted runs left", len(leftovers))
@@ -146,6 +148,7 @@ def run(work: Path, rounds: int, seed: int = 15) -> Result:
         runs_started=len(noted),
         runs_recorded=len(runs),
         statuses=dict(statuses),
+        recorded_never_started=len(recorded - set(noted)),
         stranded_processes=len(stranded),
     )
     result.notes += bad_integrity[:5]
