@@ -18,6 +18,22 @@ async def hold(fleet: Fleet) -> None:
         await fleet.step(5)
 
 
+async def until_answered(fleet: Fleet, mids: list[str], conversations: int) -> None:
+    """Step (without moving the clock) until every message of `mids` has a reply and
+    `conversations` chat-watch runs are recorded on the server.
+
+    The chat watch starts one conversation after another, so a step's settle can fall in
+    the gap between two of them: one step is not always enough on a loaded machine.
+    """
+
+    async def done() -> bool:
+        await fleet.step(0)
+        replied = set(await fleet.replies())
+        return replied >= set(mids) and len(await fleet.runs("chat-watch")) >= conversations
+
+    await async_wait_until(done, timeout=30, what=f"answers to {mids}")
+
+
 async def test_boot_seeds_the_chat_watch_record_and_the_active_device_claims_it(
     fleet: Fleet,
 ) -> None:
@@ -57,7 +73,7 @@ async def test_slash_commands_are_answered_once_and_recorded_as_conversations(
     asked = {text: await fleet.say(text) for text in ("/help", "/triggers", "/next", "/runs")}
     chatter = await fleet.say("just chatting")
     await fleet.step(1)
-    await fleet.step(1)
+    await until_answered(fleet, list(asked.values()), conversations=4)
     replies = await fleet.replies()
     assert set(replies) == set(asked.values()) and chatter not in replies
     for mid in asked.values():
