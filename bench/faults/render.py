@@ -42,10 +42,21 @@ def render(reports: list[dict[str, Any]]) -> str:
         for check in fam["checks"]:
             verdict = "ok" if check["ok"] else "**FAIL**"
             out.append(f"| {check['name']} | {check['value']} | {check['expect']} | {verdict} |")
-        rest = {
-            k: v for k, v in figures.items() if k not in ("rounds", "load_before", "load_after")
-        }
+        shown = ("rounds", "load_before", "load_after", "scenarios")
+        rest = {k: v for k, v in figures.items() if k not in shown}
         out += ["", f"figures: `{json.dumps(rest, default=str)}`", ""]
+        if figures.get("scenarios"):
+            out += [
+                "| delay (s) | onces | twice | never | cron twice | wait p50 (s) | wait max (s) |",
+                "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+            ]
+            for sc in figures["scenarios"]:
+                out.append(
+                    f"| {sc['delay_s']:g} | {sc['onces']} | {sc['fired_twice']} | "
+                    f"{sc['never_fired']} | {sc['cron_fired_twice']} | {sc['once_wait_p50_s']} | "
+                    f"{sc['once_wait_max_s']} |"
+                )
+            out.append("")
     return "\n".join(out)
 
 
