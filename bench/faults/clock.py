@@ -187,6 +187,8 @@ def run(work: Path, rounds: int) -> Result:
     result.zero("once fired twice", sum(1 for rid in onces if per_once[rid] > 1))
     result.zero("once never fired", sum(1 for rid in onces if per_once[rid] == 0))
     result.zero(f"recurring trigger silent {SILENT_S:g} s after a step", len(silent))
+    never = [r for r in runs if r.get("runId") not in noted]
+    result.zero("runs recorded whose program never started", len(never))
     result.zero("extra fires right after a forward step (a burst)", max(0, *bursts))
     result.figures.update(
         steps=rounds * len(STEPS),
@@ -194,6 +196,7 @@ def run(work: Path, rounds: int) -> Result:
         refire_wait_max_s=round(max(waits, default=0.0), 2),
         refire_wait_p50_s=round(sorted(waits)[len(waits) // 2], 2) if waits else None,
         runs=len(runs),
+        never_started_statuses=dict(Counter(str(r.get("status")) for r in never)),
     )
     result.notes += silent[:8]
     return result
