@@ -4,7 +4,8 @@ Under systemd (`JOURNAL_STREAM` names our stderr) every line starts with its `<N
 priority, tracebacks included, so `journalctl -u anyrtd -p err` shows the errors and
 their tracebacks; journald stamps the time itself. Elsewhere each line starts with a
 local ISO 8601 timestamp and the level name. The trigger and run a line concerns follow
-the message as `trigger=... run=...`: pass them in `extra=`.
+the message as `trigger=... run=...`: pass them in `extra=`. Warnings and errors of one
+kind are rate-limited (`RateLimit`): 20 per 10 s, then one line saying how many were held.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import logging
 import os
 import re
 import sys
+import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TextIO
 
@@ -116,8 +119,120 @@ def stream_is_journal(env: Mapping[str, str], stream: TextIO) -> bool:
     return raw == f"{st.st_dev}:{st.st_ino}"
 
 
+LIMIT_BURST = 20
+"""How many lines of one kind (logger, level, message template) pass per interval."""
+LIMIT_INTERVAL_S = 10.0
+LIMIT_LEVEL = logging.WARNING
+"""Lines below this level are never held back: they say what the daemon did, not a fault."""
+
+
+@dataclass
+class _Window:
+    start: float
+    passed: int = 1
+    suppressed: int = 0
+
+
+class RateLimit:
+    """Pass `burst` lines of one kind per `interval_s`, then hold the rest back and say how
+    many in one line when the interval is over.
+
+    A fault can repeat thousands of times a second (a full disk, no file descriptors left,
+    a client flooding the control API): each line the same but for its arguments. A kind
+    is the logger, the level and the message template; only warnings and worse are held.
+    Times are the records' own (`created`), so this reads no clock.
+    """
+
+    def __init__(
+        self,
+        burst: int = LIMIT_BURST,
+        interval_s: float = LIMIT_INTERVAL_S,
+        level: int = LIMIT_LEVEL,
+    ) -> None:
+        self.burst = burst
+        self.interval_s = interval_s
+        self.level = level
+        self._windows: dict[tuple[str, int, str], _Window] = {}
+        self._swept = 0.0
+
+    def admit(self, record: logging.LogRecord) -> list[logging.LogRecord]:
+        """Return what to write for `record`: itself, a summary line before it, or nothing."""
+        if record.levelno < self.level:
+            return [record]
+        now = record.created
+        out = self._sweep(now) if now - self._swept >= self.interval_s else []
+        key = (record.name, record.levelno, str(record.msg))
+        window = self._windows.get(key)
+        if window is None or now - window.start >= self.interval_s:
+            if window is not None and window.suppressed:
+                out.append(self._summary(key, window, now))
+            self._windows[key] = _Window(now)
+            out.append(record)
+        elif window.passed < self.burst:
+            window.passed += 1
+            out.append(record)
+        else:
+            window.suppressed += 1
+        return out
+
+    def pending(self, now: float) -> list[logging.LogRecord]:
+        """Return the summary lines of every kind still holding lines back, and forget them."""
+        out = [self._summary(k, w, now) for k, w in self._windows.items() if w.suppressed]
+        self._windows.clear()
+        return out
+
+    def _sweep(self, now: float) -> list[logging.LogRecord]:
+        """Close the windows that are over: their summary lines, and room in the table."""
+        self._swept = now
+        out = []
+        for key, window in list(self._windows.items()):
+            if now - window.start >= self.interval_s:
+                if window.suppressed:
+                    out.append(self._summary(key, window, now))
+                del self._windows[key]
+        return out
+
+    def _summary(self, key: tuple[str, int, str], window: _Window, now: float) -> logging.LogRecord:
+        name, level, template = key
+        record = logging.LogRecord(
+            name,
+            level,
+            __file__,
+            0,
+            "suppressed %d similar lines in %.0f s: %s",
+            (window.suppressed, max(now - window.start, 0.0), one_line(template)),
+            None,
+        )
+        record.created = now
+        return record
+
+
+def one_line(text: str, limit: int = 120) -> str:
+    """Return `text` on one line, cut to `limit` characters."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
 class _AnyrtdHandler(logging.StreamHandler[TextIO]):
-    """The handler `setup_logging` installs, so a second call replaces rather than adds."""
+    """The handler `setup_logging` installs, so a second call replaces rather than adds; it
+    writes lines through a `RateLimit`."""
+
+    def __init__(self, stream: TextIO, limit: RateLimit | None = None) -> None:
+        super().__init__(stream)
+        self.limit = limit or RateLimit()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        for line in self.limit.admit(record):
+            super().emit(line)
+
+    def close(self) -> None:
+        self.acquire()
+        try:
+            for line in self.limit.pending(time.time()):
+                super().emit(line)
+        finally:
+            self.release()
+        super().close()
 
 
 def setup_logging(

@@ -30,6 +30,11 @@ SERVER_UNAVAILABLE = "ServerUnavailable"
 """The `errorType` of a run that failed because the any server could not be reached
 (connection refused, a timeout, a 5xx): it is `FAILED`, but the breaker neither counts nor
 resets it, since the program is not at fault (docs/programs.md)."""
+DAEMON_FAULT = "DaemonFault"
+"""The `errorType` of a run the daemon could not start for a fault of its own (out of file
+descriptors for the whole budget): `FAILED`, but not counted by the breaker either."""
+NOT_THE_PROGRAMS = frozenset({SERVER_UNAVAILABLE, DAEMON_FAULT})
+"""The `errorType`s of failures that are not the program's."""
 
 # The agent_runs fields a program may report, well typed; everything else is dropped.
 COUNT_KEYS = ("turns", "cells", "effects", "mutations")
@@ -210,7 +215,7 @@ def rollup(
     """
     if row.status == RunStatus.OK:
         failures = 0
-    elif row.status in BREAKER_STATUSES and row.error_type != SERVER_UNAVAILABLE:
+    elif row.status in BREAKER_STATUSES and row.error_type not in NOT_THE_PROGRAMS:
         failures += 1
     run_count += 1
     fields: dict[str, Any] = {

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import resource
 import signal
 from collections.abc import Callable
 
@@ -73,6 +74,32 @@ def watchdog_stall_after(tick_s: float, watchdog_interval: float | None) -> floa
     return max(3 * tick_s, watchdog_s)
 
 
+NOFILE_WHEN_UNLIMITED = 65536
+"""The soft open-file limit taken where the hard one is unlimited."""
+
+
+def raise_nofile_limit() -> int:
+    """Raise the soft limit on open files to the hard limit, as systemd-era daemons do;
+    return the soft limit now in force.
+
+    systemd starts services with a soft limit of 1,024 (for `select()`, which anyrtd does
+    not use) and a hard limit far above it (`LimitNOFILE=`); the control API's connection
+    cap is derived from what this returns (docs/service.md, File descriptors).
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    # An unlimited hard limit (macOS) cannot be the soft one: take a large finite number.
+    target = NOFILE_WHEN_UNLIMITED if hard == resource.RLIM_INFINITY else hard
+    if soft == resource.RLIM_INFINITY or soft >= target:
+        return soft
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (OSError, ValueError) as exc:
+        log.warning("cannot raise the open-file limit from %d to %d: %s", soft, target, exc)
+        return soft
+    log.debug("open-file limit raised from %d to %d", soft, target)
+    return target
+
+
 async def start_daemon(config: Config) -> tuple[Daemon, ControlServer]:
     """Open the mirror, listen on the control API and run the first reconcile.
 
@@ -80,6 +107,7 @@ async def start_daemon(config: Config) -> tuple[Daemon, ControlServer]:
     unwritable, its schema not at head) or the control API cannot listen; what was started
     is stopped again.
     """
+    raise_nofile_limit()
     client = ServerClient(config.server)
     daemon = Daemon(config, client=client, gate=Election(client, poll_s=config.election_poll_s))
     try:

@@ -251,6 +251,8 @@ PROCESS_MODULES = frozenset(
         "test_runner",
         "test_serve_notify",
         "test_serve_process",
+        "test_service_limits",
+        "test_spawn_descriptors",
         "test_systemd",
     }
 )

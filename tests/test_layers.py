@@ -54,6 +54,7 @@ FLOW: tuple[tuple[str, ...], ...] = (
     # the wiring, the control API, the process
     ("anyrtd.daemon",),
     ("anyrtd.control.guard",),
+    ("anyrtd.control.gate",),
     ("anyrtd.control.page",),
     ("anyrtd.control.openapi",),
     ("anyrtd.control.views",),

@@ -18,6 +18,7 @@ from aiohttp import web
 
 from anyrtd import __version__
 from anyrtd.client import ServerError, ServerUnavailable
+from anyrtd.control.gate import ConnectionGate, Pacer, gate_metrics
 from anyrtd.control.guard import (
     GUARD,
     MAX_BODY,
@@ -53,6 +54,7 @@ from anyrtd.vocab import (
 
 PORT = web.AppKey("port", Port)
 LIST_CACHE = web.AppKey("list_cache", ListCache)
+GATE = web.AppKey("gate", ConnectionGate)
 
 RUN_STATUSES = tuple(RunStatus)
 TRIGGER_RUNS = 20
@@ -70,13 +72,32 @@ class BadRequest(Exception):
         self.code = code
 
 
-def make_app(port: Port, guard: Guard | None = None) -> web.Application:
-    """Build the control API application on `port` (the daemon, or a fake of it)."""
+def make_app(
+    port: Port,
+    guard: Guard | None = None,
+    *,
+    gate: ConnectionGate | None = None,
+    pacer: Pacer | None = None,
+) -> web.Application:
+    """Build the control API application on `port` (the daemon, or a fake of it).
+
+    `gate` is the connection gate the app is served behind, if any; `pacer` spreads the
+    requests' work over the loop's turns (a fresh one when not given).
+    """
+    pacer = pacer or Pacer()
     app = web.Application(
-        middlewares=[errors_middleware, guard_middleware, _bad_request_middleware],
+        middlewares=[
+            *([gate.track] if gate is not None else []),
+            errors_middleware,
+            guard_middleware,
+            pacer.middleware,
+            _bad_request_middleware,
+        ],
         client_max_size=MAX_BODY,
     )
     app[PORT] = port
+    if gate is not None:
+        app[GATE] = gate
     app[GUARD] = guard or Guard()
     app[LIST_CACHE] = ListCache()
     app.router.add_get("/triggers", list_triggers)
@@ -437,6 +458,9 @@ async def metrics(request: web.Request) -> web.Response:
         peer_id=facts.peer_id,
         version=__version__,
     )
+    gate = request.app.get(GATE)
+    if gate is not None:
+        text += gate_metrics(gate)
     return web.Response(
         body=text.encode("utf-8"),
         headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},

@@ -5,12 +5,14 @@ closed here: DNS rebinding (a foreign name that resolves to 127.0.0.1, caught by
 the `Host` check) and cross-site writes (a page POSTing a form or text/plain,
 caught by the `Origin`, `Sec-Fetch-Site` and content-type checks). A bodiless
 `curl -X POST` carries none of these marks and works. Every route refuses a body over
-256 KiB (413), and a request the HTTP parser cannot take (no `Host` in HTTP/1.1, say)
-gets aiohttp's plain 400 and one warning line, not a traceback (`PROTOCOL_LOG`).
+256 KiB (413) or one that takes over 10 s to arrive (408), and a request the HTTP parser
+cannot take (no `Host` in HTTP/1.1, say) gets aiohttp's plain 400 and one warning line,
+not a traceback (`PROTOCOL_LOG`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import re
@@ -28,6 +30,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 MUTATING = frozenset({"POST", "PATCH", "PUT", "DELETE"})
 MAX_BODY = 256 * 1024
 """The largest request body any route takes, in bytes (the app's `client_max_size` too)."""
+BODY_TIMEOUT_S = 10.0
+"""How long a request's body may take to arrive, once its head has."""
 ORIGIN = re.compile(
     r"(?P<scheme>https?)://(?P<host>\[[0-9a-f:.]+\]|[a-z0-9.-]+)(?::(?P<port>[0-9]{1,5}))?",
     re.ASCII | re.IGNORECASE,
@@ -173,21 +177,41 @@ def _too_large(size: int | None) -> web.Response:
     return response
 
 
-async def body_refusal(request: web.Request) -> web.Response | None:
-    """Return a 413 for a body over `MAX_BODY`, on every route, whether a handler reads it or not.
+def _too_slow() -> web.Response:
+    response = error_response(
+        408,
+        "request_timeout",
+        f"the request body did not arrive within {BODY_TIMEOUT_S:g} s; send it whole and retry",
+    )
+    response.force_close()
+    return response
 
-    A body of unknown length (chunked) is read here, up to the limit; the handler then
-    reads it from memory.
+
+async def body_refusal(request: web.Request) -> web.Response | None:
+    """Return a 413 for a body over `MAX_BODY`, on every route, whether a handler reads it or
+    not, and a 408 for a body that does not arrive within `BODY_TIMEOUT_S`.
+
+    A body is read here, whole, up to the limit; the handler then reads it from memory.
     """
     size = request.content_length
     if size is not None:
-        return _too_large(size) if size > MAX_BODY else None
-    if "chunked" not in request.headers.get("Transfer-Encoding", "").lower():
+        if size > MAX_BODY:
+            return _too_large(size)
+        if size == 0:
+            return None
+    elif "chunked" not in request.headers.get("Transfer-Encoding", "").lower():
         return None
     try:
-        body = await request.read()  # bounded by the app's client_max_size
+        async with asyncio.timeout(BODY_TIMEOUT_S):
+            body = await request.read()  # bounded by the app's client_max_size
     except web.HTTPRequestEntityTooLarge:
         return _too_large(None)
+    except TimeoutError:
+        return _too_slow()
+    except ConnectionResetError:  # the client went away mid-body: nobody reads an answer
+        response = error_response(400, "bad_request", "the connection closed mid-body")
+        response.force_close()
+        return response
     return _too_large(len(body)) if len(body) > MAX_BODY else None
 
 

@@ -1,7 +1,9 @@
-"""Serve the control API inside the daemon's loop: an `AppRunner` with a TCP or unix-socket site."""
+"""Serve the control API inside the daemon's loop: an `AppRunner` behind a connection gate,
+on a TCP or unix-socket listener."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import logging
@@ -21,10 +23,21 @@ from anyrtd.address import (
     read_token,
 )
 from anyrtd.control.api import make_app
+from anyrtd.control.gate import (
+    HEAD_TIMEOUT_S,
+    Acceptor,
+    ConnectionGate,
+    connection_limit,
+    nofile_soft_limit,
+)
 from anyrtd.control.guard import PROTOCOL_LOG, Guard
 from anyrtd.port import Port
 
 log = logging.getLogger("anyrtd.control")
+
+
+LINGER_S = 2.0
+"""How long the rest of a refused body is read (and dropped) before the connection is closed."""
 
 
 class ControlStartError(Exception):
@@ -33,15 +46,31 @@ class ControlStartError(Exception):
 
 class ControlServer:
     """The control API's listener on `listen` (`host:port` or `unix:PATH`): start after
-    `Daemon.open()`, stop before `Daemon.stop()`."""
+    `Daemon.open()`, stop before `Daemon.stop()`.
 
-    def __init__(self, port: Port, listen: str, token_file: Path | None = None) -> None:
+    At most `max_connections` at once (by default derived from `RLIMIT_NOFILE`), each
+    closed when it sends no whole request head for `head_timeout_s` (`anyrtd.control.gate`).
+    """
+
+    def __init__(
+        self,
+        port: Port,
+        listen: str,
+        token_file: Path | None = None,
+        *,
+        max_connections: int | None = None,
+        head_timeout_s: float = HEAD_TIMEOUT_S,
+    ) -> None:
         self.port = port
+        self.max_connections = max_connections
+        self.head_timeout_s = head_timeout_s
         self.listen = listen
         self.token_file = token_file
         self.address: TcpAddress | UnixAddress | None = None
         self._runner: web.AppRunner | None = None
         self._socket_path: Path | None = None
+        self._acceptor: Acceptor | None = None
+        self._gate: ConnectionGate | None = None
 
     @property
     def url(self) -> str:
@@ -70,26 +99,31 @@ class ControlServer:
                     "set token_file in the config",
                     address,
                 )
+        self._gate = gate = ConnectionGate(
+            self._make_protocol,
+            limit=self.max_connections or connection_limit(nofile_soft_limit()),
+            head_timeout_s=self.head_timeout_s,
+        )
         runner = web.AppRunner(
-            make_app(self.port, Guard(token=token, unix=unix, extra_hosts=extra)),
+            make_app(self.port, Guard(token=token, unix=unix, extra_hosts=extra), gate=gate),
             access_log=None,
             handle_signals=False,
             logger=PROTOCOL_LOG,
+            lingering_time=LINGER_S,
         )
         await runner.setup()
+        self._runner = runner
         try:
             if isinstance(address, UnixAddress):
-                sock = _bind_unix(address.path)
+                sockets = [_bind_unix(address.path)]
                 self._socket_path = address.path
-                site: web.BaseSite = web.SockSite(runner, sock)
             else:
-                site = web.TCPSite(runner, address.host, address.port, reuse_address=True)
-            await site.start()
+                sockets = await asyncio.to_thread(_bind_tcp, address.host, address.port)
         except ControlStartError:
-            await runner.cleanup()
+            await self.stop()
             raise
         except OSError as exc:
-            await runner.cleanup()
+            await self.stop()
             hint = (
                 "is another anyrtd running? stop it or pick another --listen"
                 if exc.errno == errno.EADDRINUSE
@@ -98,15 +132,30 @@ class ControlServer:
             raise ControlStartError(
                 f"cannot listen on {address}: {exc.strerror or exc}; {hint}"
             ) from None
-        self._runner = runner
+        self._acceptor = Acceptor(gate, sockets)
+        self._acceptor.start()
         if isinstance(address, TcpAddress):
-            bound = runner.addresses[0]
+            bound = sockets[0].getsockname()
             address = TcpAddress(address.host, int(bound[1]))
         self.address = address
         log.info("control API listening on %s%s", address, " (bearer token)" if token else "")
 
+    def _make_protocol(self) -> asyncio.Protocol:
+        """Return aiohttp's protocol for one admitted connection."""
+        assert self._runner is not None and self._runner.server is not None
+        return self._runner.server()
+
+    @property
+    def gate(self) -> ConnectionGate:
+        """Return the connection gate (started only)."""
+        assert self._gate is not None, "the control API is not started"
+        return self._gate
+
     async def stop(self) -> None:
-        """Stop listening and remove the socket file."""
+        """Stop listening, close the connections and remove the socket file."""
+        acceptor, self._acceptor = self._acceptor, None
+        if acceptor is not None:
+            acceptor.close()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -114,6 +163,27 @@ class ControlServer:
             with contextlib.suppress(FileNotFoundError):
                 self._socket_path.unlink()
             self._socket_path = None
+
+
+def _bind_tcp(host: str, port: int) -> list[socket.socket]:
+    """Bind a socket on every address `host` names (IPv4 and IPv6 for `localhost`)."""
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, where in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            if port == 0 and len(sockets) > 1:  # the port the first address got, on every one
+                where = (where[0], sockets[0].getsockname()[1], *where[2:])
+            sock.bind(where)
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
 
 
 def _bind_unix(path: Path) -> socket.socket:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import signal
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 log = logging.getLogger("anyrtd.runner")
 
@@ -22,16 +23,28 @@ KILL_WAIT_S = 5.0
 _POLL_S = 0.02
 
 
-async def start_in_group(
-    argv: Sequence[str], *, cwd: str | None, env: Mapping[str, str]
-) -> tuple[asyncio.subprocess.Process, int, int]:
-    """Start `argv` in a process group of its own, stdout and stderr on fresh pipes.
-
-    Return the process and the read ends of its stdout and stderr pipes (the caller owns
-    them); raise OSError or ValueError (a NUL byte in argv or env) if it cannot start.
-    """
+def _pipes() -> tuple[int, int, int, int]:
+    """Return two fresh pipes, stdout's and stderr's: (read, write, read, write)."""
     out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
+    try:
+        err_r, err_w = os.pipe()
+    except OSError:
+        os.close(out_r)
+        os.close(out_w)
+        raise
+    return out_r, out_w, err_r, err_w
+
+
+async def _spawn(
+    argv: Sequence[str],
+    *,
+    cwd: str | None,
+    env: Mapping[str, str],
+    pipes: tuple[int, int, int, int],
+) -> tuple[asyncio.subprocess.Process, int, int]:
+    """Spawn `argv` on the given stdout and stderr pipes (read, write, read, write); the
+    write ends are closed whatever happens, the read ends too if it cannot start."""
+    out_r, out_w, err_r, err_w = pipes
     try:
         proc = await asyncio.create_subprocess_exec(
             *argv,
@@ -50,6 +63,66 @@ async def start_in_group(
         os.close(out_w)
         os.close(err_w)
     return proc, out_r, err_r
+
+
+OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE})
+"""The errors of a process (EMFILE) or of the system (ENFILE) out of file descriptors."""
+SPAWN_RETRY_S = (0.05, 1.0)
+"""The first and the longest wait between two tries to start a command while out of them."""
+
+
+def out_of_descriptors(exc: BaseException) -> bool:
+    """Return whether `exc` says the daemon (or the system) is out of file descriptors."""
+    return isinstance(exc, OSError) and exc.errno in OUT_OF_DESCRIPTORS
+
+
+class OutOfDescriptors(Exception):
+    """The daemon had no file descriptor to start a command with until its run was stopped."""
+
+
+async def spawn_in_group(
+    argv: Sequence[str],
+    *,
+    cwd: str | None,
+    env: Mapping[str, str],
+    before_spawn: Callable[[], None],
+    stop: asyncio.Future[str],
+) -> tuple[asyncio.subprocess.Process, int, int]:
+    """Start `argv` in a process group of its own, stdout and stderr on fresh pipes, and
+    call `before_spawn` just before the spawn.
+
+    Return the process and the read ends of its stdout and stderr pipes (the caller owns
+    them); raise OSError or ValueError (a NUL byte in argv or env) if it cannot start.
+    When the daemon is out of file descriptors (EMFILE, ENFILE: its own fault, not the
+    program's), wait and try again, until `stop` is done (the budget or an interrupt);
+    raise `OutOfDescriptors` then. The wait is in real time: it waits on the system.
+    """
+    wait = SPAWN_RETRY_S[0]
+    tries = 0
+    while True:
+        try:
+            pipes = _pipes()  # first: taking them is what usually fails, before the start
+            before_spawn()
+            return await _spawn(argv, cwd=cwd, env=env, pipes=pipes)
+        except OSError as exc:
+            if not out_of_descriptors(exc):
+                raise
+            tries += 1
+            if tries == 1:
+                log.warning(
+                    "cannot start %r: the daemon is out of file descriptors (%s); "
+                    "trying again until the run's budget is spent",
+                    argv[0],
+                    exc.strerror,
+                )
+            await asyncio.wait({stop}, timeout=wait)
+            if stop.done():
+                raise OutOfDescriptors(
+                    f"the daemon was out of file descriptors ({exc.strerror}) for the whole "
+                    f"run and could not start {argv[0]!r} ({tries} tries); the program was "
+                    "not at fault: raise LimitNOFILE= (docs/service.md)"
+                ) from exc
+            wait = min(2 * wait, SPAWN_RETRY_S[1])
 
 
 async def feed_stdin(proc: asyncio.subprocess.Process, payload: bytes) -> None:

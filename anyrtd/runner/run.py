@@ -29,13 +29,16 @@ from anyrtd.programs import BUILTINS
 from anyrtd.runner.capture import Capture, LastLine, LineSink, Pipes, RunLogHandler
 from anyrtd.runner.process import (
     KILL_WAIT_S,
+    OutOfDescriptors,
     exit_message,
     feed_stdin,
     kill_group,
-    start_in_group,
+    out_of_descriptors,
+    spawn_in_group,
 )
 from anyrtd.runner.resolve import Program, ProgramTable
 from anyrtd.runs import (
+    DAEMON_FAULT,
     REPLACED,
     SERVER_UNAVAILABLE,
     duration_ms,
@@ -223,7 +226,7 @@ class Runner:
             capture.add_line("".join(traceback.format_exception(exc)))
             ended = _Ended(
                 RunStatus.FAILED,
-                type(exc).__name__,
+                DAEMON_FAULT if out_of_descriptors(exc) else type(exc).__name__,
                 f"anyrtd runner error: {one_line(str(exc), '')}",
             )
         finally:
@@ -390,9 +393,14 @@ class Runner:
     ) -> _Ended:
         payload = json.dumps(dict(req.args), default=str).encode() + b"\n"
         env = self._command_env(cmd, req)
-        try:
-            flight.start()  # the spawn happens in the call below, before its first await
-            proc, out_r, err_r = await start_in_group(cmd.argv, cwd=cmd.cwd, env=env)
+        try:  # flight.start() is called just before the spawn (again, if it is retried)
+            proc, out_r, err_r = await spawn_in_group(
+                cmd.argv, cwd=cmd.cwd, env=env, before_spawn=flight.start, stop=flight.stop
+            )
+        except OutOfDescriptors as exc:  # the daemon's fault: not the program's
+            if flight.stop.result() == "interrupt":
+                return self._stopped("interrupt", flight)
+            return _Ended(RunStatus.FAILED, DAEMON_FAULT, str(exc))
         except (OSError, ValueError) as exc:  # ValueError: a NUL byte in argv or env
             reason = getattr(exc, "strerror", None) or str(exc)
             return _Ended(
