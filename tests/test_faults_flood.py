@@ -17,7 +17,6 @@ from bench.faults import flood
 from bench.faults.suite import run_family
 
 
-@pytest.mark.xfail(strict=False, reason="issue 15 items 4 and 5: fix in progress")
 def test_a_flood_and_idle_connections_leave_the_timer_and_the_runs_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
