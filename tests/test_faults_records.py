@@ -26,6 +26,6 @@ def test_a_thousand_broken_records_leave_the_good_triggers_firing(tmp_path: Path
     assert states.get("invalid_spec", 0) >= 400, states  # each broken spec is marked
     if not all(c.ok for c in result.checks):
         pytest.xfail(
-            "found by issue 15's suite: a burst of record changes is applied in one go on the "
-            "event loop (1,000 records held it ~250 ms): " + "; ".join(result.failures())
+            "found by issue 15's suite (docs/reliability.md, A): a burst of record changes "
+            "holds the event loop (1,000 records, ~250 ms): " + "; ".join(result.failures())
         )
