@@ -49,6 +49,7 @@ class Apply:
         confirm_after: float,
         fence: Fence | None = None,
         unfenced: Callable[[str], bool] = lambda _rid: False,
+        cancel: Callable[[str], None] = lambda _rid: None,
     ) -> None:
         self.registry = registry
         self.records = records
@@ -59,6 +60,8 @@ class Apply:
         """The takeover hold and the claims' fencing tokens (anyrtd/claims.py), when set."""
         self.unfenced = unfenced
         """Ids whose stamp carries no fencing token: chat-watch moves with the role on purpose."""
+        self.cancel = cancel
+        """Cancels the run prepared ahead for a trigger, if any, before its entry changes."""
         self.unconfirmed: set[str] = set()
         """Claimed entries waiting for their stamp to come back: reconciled every tick."""
         self._malformed_logged: dict[str, int | None] = {}
@@ -153,6 +156,7 @@ class Apply:
                     self.unit.save(entry.row)
                     log.info("claim of %s confirmed", defn.id, extra={"trigger": defn.id})
             case Refresh(defn=defn):
+                self.cancel(defn.id)
                 old = self.registry.get(defn.id)
                 entry = Entry(defn, new_row(defn, now, claimed=False), old.running if old else 0)
                 self.registry.put(entry)
@@ -173,6 +177,7 @@ class Apply:
                 if entry is not None:
                     entry.defn = defn
             case Evict(id=rid, reason=reason):
+                self.cancel(rid)
                 if self.registry.remove(rid) is not None:
                     self.unit.evict(rid)
                     self.unconfirmed.discard(rid)
@@ -201,6 +206,7 @@ class Apply:
         existing = self.registry.get(defn.id)
         if existing is not None:
             # Reassigned while in our registry: stamp it again and wait for the confirmation.
+            self.cancel(defn.id)
             existing.defn = defn
             existing.row.claimed_at = now if claim else None
             if defn.kind == Kind.ONCE:
@@ -228,6 +234,7 @@ class Apply:
         entry = self.registry.get(defn.id)
         if entry is None:
             return
+        self.cancel(defn.id)
         entry.defn = defn
         entry.row.enabled = enabled
         entry.row.marker = health_marker(defn, now)

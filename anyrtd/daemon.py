@@ -37,7 +37,8 @@ from anyrtd.role import Role
 from anyrtd.rows import RunRow
 from anyrtd.runner import Runner
 from anyrtd.sync import Sync
-from anyrtd.unit import Unit
+from anyrtd.timer import Timer
+from anyrtd.unit import CommitFailed, Unit, is_disk_full
 from anyrtd.vocab import Verdict
 from anyrtd.why_facts import Explains
 
@@ -81,7 +82,6 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
         self._reconciled_as: tuple[str | None, str | None] = (None, None)  # (verdict, peer id)
         self._dirty: set[str] = set()
         self._wake = asyncio.Event()
-        self._rearm = asyncio.Event()
         self._outbox_kick = asyncio.Event()
         self._drain_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
@@ -101,6 +101,7 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
             confirm_after=config.tick_s if confirm_after is None else confirm_after,
             fence=self.fence,
             unfenced=lambda rid: rid == self.role.chat_watch_id,
+            cancel=lambda rid: self.timer.cancel(rid),  # a prepared run of a changed trigger
         )
         self.firing = Firing(
             registry=self.registry,
@@ -109,6 +110,9 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
             runner=self.runner,
             stats=self.stats,
             clock=self.clock,
+        )
+        self.timer = Timer(  # prepares each due batch ahead, starts it on time
+            self.registry, self.firing, self.clock, lambda: (self.peer_id, self.gate.verdict)
         )
         # Event triggers, the chat responder and the standing built-ins (docs/events.md,
         # docs/election.md).
@@ -176,11 +180,13 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
         now = self.clock.now()
         # The mirror holds a whole reconcile under this verdict and peer id: changes only now.
         self._reconciled_as = (snap.meta.get("verdict"), snap.meta.get("peer_id"))
+        # Before anything fires: discard what a crash left prepared, close what it left running.
+        left = await self.db_call(Mirror.open_runs)
+        left = await self.timer.discard_prepared(left, snap.entries, snap.last_fired, now)
         self.sync_stage.restore(snap.meta, snap.tombstones)
         await self.sync_stage.load(db)
         self.apply.restore(snap.entries, now, snap.last_fired)
-        # Before anything fires: close what a crash left running.
-        await self.firing.close_interrupted(await self.db_call(Mirror.open_runs), now)
+        await self.firing.close_interrupted(left, now)
         await self.unit.commit(now)
         log.info(
             "mirror %s opened: %d records, %d entries restored, peer %s",
@@ -203,7 +209,7 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
         await self.tick()
         self._tasks = [
             asyncio.create_task(self._loop(self._tick_loop), name="anyrtd-tick"),
-            asyncio.create_task(self._loop(self._timer_loop), name="anyrtd-timer"),
+            asyncio.create_task(self._loop(self.timer.step), name="anyrtd-timer"),
             asyncio.create_task(self._loop(self._sync_loop), name="anyrtd-sync"),
             asyncio.create_task(self._loop(self._outbox_loop), name="anyrtd-outbox"),
             asyncio.create_task(self._loop(self.role.follow_spaces), name="anyrtd-spaces"),
@@ -222,6 +228,7 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
+        await self.timer.close("the daemon stops")
         await self.chat.stop()
         if runs := self.firing.in_flight:
             grace = self.config.grace_s
@@ -230,7 +237,8 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
                 log.warning("interrupting %d runs still in flight", len(pending))
                 await self.runner.interrupt_all()
                 await asyncio.wait(pending, timeout=10.0)
-        await self.unit.commit(self.clock.now())
+        with contextlib.suppress(CommitFailed):  # the unit logged why
+            await self.unit.commit(self.clock.now())
         if self.places is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.drain_outbox(), timeout=5.0)
@@ -255,7 +263,10 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
                 return
             except Exception as exc:
                 self.stats.last_error = f"{exc.__class__.__name__}: {exc}"
-                log.exception("loop %s failed; retrying", body.__name__)
+                if isinstance(exc, CommitFailed) or is_disk_full(exc):
+                    self.unit.note_failed(exc, self.clock.now())  # logged once an episode
+                else:
+                    log.exception("loop %s failed; retrying", body.__name__)
                 await asyncio.sleep(1.0)
 
     async def db_call(self, fn: Callable[[Mirror], Any]) -> Any:
@@ -295,9 +306,10 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
             self.apply.reconcile(ids, now, verdict, peer)
             self.role.refresh_standing(ids, now, peer)
             self.role.hand_off(self.fence, now)
-        await self.unit.commit(now)
+        with contextlib.suppress(CommitFailed):  # kept for the next commit; the unit says why
+            await self.unit.commit(now)
         self.role.tend_chat_watch()
-        self._rearm.set()
+        self.timer.rearm.set()
         self._outbox_kick.set()
         self.stats.ticks += 1
         self.last_tick_at = now
@@ -339,7 +351,7 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
 
     async def fire_due(self, now: float) -> list[str]:
         """Fire every entry due at or before `now`; return the run ids started."""
-        return await self.firing.fire_due(now, self.peer_id, self.gate.verdict)
+        return await self.timer.fire_now(now)
 
     async def drain_outbox(self) -> DrainResult | None:
         """Send what the outbox holds; note the acknowledged trigger writes in the cache."""
@@ -364,18 +376,6 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), timeout=self.config.tick_s)
         await self.tick()
-
-    async def _timer_loop(self) -> None:
-        self.firing.watch_clock()
-        due = self.registry.next_due()
-        now = self.clock.now()
-        if due is not None and due <= now:
-            await self.fire_due(now)
-            return
-        self._rearm.clear()
-        timeout = 60.0 if due is None else min(60.0, due - now)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._rearm.wait(), timeout=timeout)
 
     async def _sync_loop(self) -> None:
         try:
@@ -428,6 +428,7 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
     def health(self) -> Health:
         reach, registry = self.client.reach, self.gate.degraded  # an unreachable server says all
         registry_reasons = (registry,) if registry and reach.unreachable_since is None else ()
+        mirror = () if self.unit.failing is None else (self.unit.failing.reason(),)
         return Health(
             now=self.clock.now(),
             last_tick_at=self.last_tick_at,
@@ -438,7 +439,7 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
             triggers=len(self.registry),
             server_resolved=self.places is not None,
             last_error=self.stats.last_error,
-            degraded=(*server_reasons(reach, self.outbox_depth), *registry_reasons),
+            degraded=(*server_reasons(reach, self.outbox_depth), *registry_reasons, *mirror),
             state_dir=str(self.config.state_dir),
         )
 
@@ -483,8 +484,9 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
         now = self.clock.now()
         if self.peer_id is not None:
             self.apply.reconcile([trigger_id], now, self.gate.verdict, self.peer_id)
-        await self.unit.commit(now)
-        self._rearm.set()
+        with contextlib.suppress(CommitFailed):  # the server took it; ours wait for the mirror
+            await self.unit.commit(now)
+        self.timer.rearm.set()
         parsed = self.records.parsed.get(trigger_id)
         return parsed if isinstance(parsed, TriggerDef) else None
 

@@ -3,8 +3,13 @@
 A run is prepared in the step's unit of work (the run row as `running`, a `once` as
 consumed), committed, and only then started: a crash never fires a `once` twice, and a run
 a crash left `running` is closed as `interrupted` at the next start
-(`close_interrupted`). The record's `startedAt` is the moment the program really started,
-noted by the runner; the fire lag is measured to it. The outcome goes to the mirror, and
+(`close_interrupted`). A fire whose preparation cannot be committed (the disk is full) did
+not happen: its writes are dropped, the entries it touched are put back as they were, and
+it is tried again (`hold_s` spaces the tries) until the mirror takes it: late, not lost.
+A batch may be prepared ahead of its due time (`prepare_batch` with a due time after now;
+the timer, `anyrtd/timer.py`, decides when and starts it at its due time).
+The record's `startedAt` is the moment the program really started, noted by the runner;
+the fire lag is measured to it. The outcome goes to the mirror, and
 the run record and the trigger's rollup to the outbox.
 """
 
@@ -12,9 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import gc
 import logging
+import time
 import uuid
 from collections.abc import Callable, Coroutine, Iterable, Iterator
 from typing import Any
@@ -27,11 +34,11 @@ from anyrtd.model import TriggerDef
 from anyrtd.program import RunOutcome, RunRequest
 from anyrtd.records import RecordCache
 from anyrtd.registry import Entry, Registry
-from anyrtd.rows import RunRow
+from anyrtd.rows import EntryRow, RunRow
 from anyrtd.runner import Runner
 from anyrtd.runner.process import kill_group, leftover_group, process_start, run_groups
 from anyrtd.runs import BREAKER_STATUSES, duration_ms, rollup
-from anyrtd.unit import Unit
+from anyrtd.unit import Apart, CommitFailed, Unit
 from anyrtd.vocab import Kind, RollupField, RunStatus, Verdict
 
 log = logging.getLogger("anyrtd.daemon")
@@ -43,6 +50,23 @@ recurring entries are re-armed from the new wall time (docs/schedule.md)."""
 MAX_MANUAL_RUNS = 16
 """How many manual runs (`POST /triggers/:id/run`) may be in flight at once on one daemon;
 one more is refused with `TooManyRuns` (the control API's 429, docs/control-api.md)."""
+
+
+RETRY_FIRST_S = 1.0
+RETRY_MAX_S = 10.0
+"""A fire that could not be made durable is tried again after 1 s, then after twice the
+wait each time, at most every 10 s, until the mirror takes it."""
+
+
+class NotDurable(Exception):
+    """A run not started: its preparation could not be written to the mirror."""
+
+    def __init__(self, trigger_id: str, cause: CommitFailed) -> None:
+        super().__init__(
+            f"trigger {trigger_id!r} was not started: its run could not be written to the "
+            f"mirror ({cause}); nothing was recorded, free space for the state directory "
+            "and run it again"
+        )
 
 
 class TooManyRuns(Exception):
@@ -102,6 +126,14 @@ class Firing:
         """Manual runs in flight, or being prepared (at most `MAX_MANUAL_RUNS`)."""
         self._clock_mark: tuple[float, float] | None = None
         """(wall, monotonic) at the last look, to notice a wall clock stepped back."""
+        self._retry_at: float | None = None
+        """Monotonic time before which a fire that failed to commit is not tried again."""
+        self._retry_s = 0.0
+        self.last_commit_s = 0.0
+        """How long the last commit of a fire's preparation took."""
+        self.on_clock_step: Callable[[], None] = lambda: None
+        """Called when the wall clock stepped back, before the entries are re-armed (the
+        timer cancels the runs it prepared under the later clock)."""
 
     async def settle(self, grace_s: float, hurry: asyncio.Event) -> set[asyncio.Task[Any]]:
         """Wait up to `grace_s` for the runs in flight, or until `hurry` is set; return the
@@ -138,6 +170,7 @@ class Firing:
         step = (mono - mark[1]) - (wall - mark[0])
         if step <= CLOCK_STEP_TOLERANCE_S:
             return 0.0
+        self.on_clock_step()
         moved = [e for e in self.registry.entries.values() if self.registry.pull_back(e, wall)]
         for entry in moved:
             self.unit.save(entry.row)
@@ -153,22 +186,50 @@ class Firing:
         """Fire every entry due at or before `now`; return the run ids started.
 
         The batch's runs are prepared and committed together, then every program is started
-        before anything else is done for any of them: in-process programs all begin at the
-        loop's next turn, and the batch's log lines are written after that. The garbage
-        collector waits while a batch is prepared and while it is started: a full collection
-        in the middle of a burst would hold up every program after it.
+        before anything else is done for any of them (`start_batch`). When the commit
+        fails, nothing of the batch happened: its entries are due again, tried after
+        `hold_s`.
         """
         self.watch_clock()
-        due = self.registry.pop_due(now)
-        if not due:
+        prepared = await self.prepare_batch(now, now, device, verdict)
+        if prepared is None:
             return []
-        with _collector_held():
+        starts, _ = prepared
+        self.start_batch(starts)
+        await self.started(starts)
+        return [row.run_id for _, row, _ in starts]
+
+    async def prepare_batch(
+        self, due: float, now: float, device: str | None, verdict: str
+    ) -> tuple[list[Start], Undo] | None:
+        """Prepare every entry due at or before `due` and commit the batch in one
+        transaction; return its runs and what takes them back (None: nothing due, or the
+        commit failed and the batch was taken back). A batch due after `now` is prepared
+        ahead: its runs wait for `due` (`RunRow.prepared_for`), a `once`'s consumption is held
+        in the outbox until then, and nothing is laid over the cache yet.
+
+        The garbage collector waits while a batch is prepared: a full collection in the
+        middle of a burst would hold up every program after it.
+        """
+        popped = self.registry.pop_due(due)
+        if not popped:
+            return None
+        undo = Undo.of([entry for entry, _ in popped], self.registry)
+        ahead = due > now
+        with _collector_held(), self.unit.apart() as apart:
             starts = [
                 s
-                for entry, at in due
-                if (s := self.prepare(entry, at, now, device, verdict)) is not None
+                for entry, at in popped
+                if (s := self.prepare(entry, at, now, device, verdict, ahead=ahead)) is not None
             ]
-        await self.unit.commit(now)
+        if not await self._made_durable(apart, now, undo, len(starts)):
+            return None
+        return starts, undo
+
+    def start_batch(self, starts: list[Start]) -> None:
+        """Start every program of a prepared batch, before anything else is done for any of
+        them: in-process programs all begin at the loop's next turn (no disk or network
+        work comes between)."""
         with _collector_held():
             runs = [
                 self.runner.start(self._request(row, args), self._on_start(row))
@@ -176,16 +237,44 @@ class Firing:
             ]
             for (entry, row, _), ended in zip(starts, runs, strict=True):
                 self._track(entry, row, ended)
+
+    async def started(self, starts: list[Start]) -> None:
+        """Let the programs of a batch just started take their turn, then log them."""
         try:
             await asyncio.sleep(0)  # the programs' turn comes first
         finally:
             for entry, row, _ in starts:
                 self._log_firing(entry, row)
-        return [row.run_id for _, row, _ in starts]
+
+    def hold_s(self) -> float:
+        """Return how long the timer waits before it tries again a fire whose commit failed
+        (0.0: no wait; none once the mirror was written again meanwhile)."""
+        if self._retry_at is None:
+            return 0.0
+        if self.unit.failing is None:
+            self._retry_at = None
+            return 0.0
+        return max(0.0, self._retry_at - self.clock.monotonic())
+
+    async def _made_durable(self, apart: Apart, now: float, undo: Undo, prepared: int) -> bool:
+        """Commit a fire's preparation; on failure take it back and space the next try."""
+        began = time.perf_counter()
+        try:
+            await self.unit.commit_apart(apart, now)
+        except CommitFailed:
+            undo.take_back(self.registry, self.stats, prepared)
+            self._retry_s = min(RETRY_MAX_S, self._retry_s * 2 or RETRY_FIRST_S)
+            self._retry_at = self.clock.monotonic() + self._retry_s
+            log.debug("%d fires wait for the mirror: tried again in %g s", undo.n, self._retry_s)
+            return False
+        self._retry_at, self._retry_s = None, 0.0
+        self.last_commit_s = time.perf_counter() - began
+        return True
 
     async def run_now(self, trigger_id: str, device: str | None, verdict: str) -> str | None:
         """Run a registry entry now, outside its schedule; return the run id. Raise
-        `TooManyRuns` when `MAX_MANUAL_RUNS` manual runs are in flight already."""
+        `TooManyRuns` when `MAX_MANUAL_RUNS` manual runs are in flight already, and
+        `NotDurable` when the run could not be written to the mirror."""
         entry = self.registry.get(trigger_id)
         if entry is None:
             return None
@@ -195,10 +284,16 @@ class Firing:
         task: asyncio.Task[None] | None = None
         try:
             now = self.clock.now()
-            start = self.prepare(entry, None, now, device, verdict)
+            undo = Undo.of([entry], self.registry)
+            with self.unit.apart() as apart:
+                start = self.prepare(entry, None, now, device, verdict)
             if start is None:
                 return None
-            await self.unit.commit(now)
+            try:
+                await self.unit.commit_apart(apart, now)
+            except CommitFailed as exc:
+                undo.take_back(self.registry, self.stats, 1)
+                raise NotDurable(trigger_id, exc) from exc
             task = self.spawn(*start)
             return start[1].run_id
         finally:
@@ -213,22 +308,46 @@ class Firing:
     async def fire_event(
         self, entry: Entry, message: ChatMessage, now: float, device: str | None, verdict: str
     ) -> asyncio.Task[None] | None:
-        """Start the run of an event trigger for `message`; return its task."""
+        """Start the run of an event trigger for `message`; return its task (None: not
+        started, also when its run could not be written to the mirror)."""
         # The run serves the message: its scheduledAt is the message's createdAt.
         at = message.created_at if message.created_at is not None else now
-        start = self.prepare(entry, at, now, device, verdict)
+        undo = Undo.of([entry], self.registry)
+        with self.unit.apart() as apart:
+            start = self.prepare(entry, at, now, device, verdict)
         if start is None:
             return None
         _, row, args = start
         args["event"] = message.payload()
-        await self.unit.commit(now)
+        try:
+            await self.unit.commit_apart(apart, now)
+        except CommitFailed:
+            undo.take_back(self.registry, self.stats, 1)
+            log.warning(
+                "not firing %s for a chat message: its run could not be written to the mirror",
+                entry.id,
+                extra={"trigger": entry.id},
+            )
+            return None
         return self.spawn(entry, row, args)
 
     def prepare(
-        self, entry: Entry, due: float | None, now: float, device: str | None, verdict: str
+        self,
+        entry: Entry,
+        due: float | None,
+        now: float,
+        device: str | None,
+        verdict: str,
+        *,
+        ahead: bool = False,
     ) -> Start | None:
         """Queue the run of `entry` due at `due` (None: by hand) in the unit of work; re-arm
-        a cron, consume a once. Return None when it does not run."""
+        a cron, consume a once. Return None when it does not run.
+
+        `ahead`: prepared before its due time, the run waits for it. A cron's overlap is
+        then judged when it starts; a `once` is consumed in the mirror and in a write held
+        until `due`, while the entry in memory stays unconsumed until the start.
+        """
         defn = entry.defn
         assert device is not None
         if due is not None:
@@ -241,15 +360,8 @@ class Firing:
             if defn.kind == Kind.CRON:
                 self.registry.arm(entry, max(now, due))
                 self.unit.save(entry.row)
-                if entry.running:
-                    self.stats.overlap_skips += 1
-                    self.stats.overlap_by_trigger[defn.id] += 1
-                    log.info(
-                        "skipped %s at %s: the previous run is still running",
-                        defn.id,
-                        iso_time(due),
-                        extra={"trigger": defn.id},
-                    )
+                if entry.running and not ahead:
+                    self.overlap_skipped(entry, due)
                     return None
                 if self.registry.refire(defn.id, due):
                     log.info(
@@ -260,13 +372,21 @@ class Firing:
                         extra={"trigger": defn.id},
                     )
                     return None
+            elif defn.kind == Kind.ONCE and ahead:
+                # Consumed durably before the due time, and on the server only from then on
+                # (a cancel before it takes both back).
+                entry.row.next_fire = None
+                self.unit.save(
+                    dataclasses.replace(entry.row, consumed=True, enabled=False, next_fire=None)
+                )
+                self.unit.hold_trigger(defn.id, consumption(due), due)
             elif defn.kind == Kind.ONCE:
                 # Consumed durably before the program starts: a crash never fires it twice.
                 entry.row.consumed = True
                 entry.row.enabled = False
                 entry.row.next_fire = None
                 self.unit.save(entry.row)
-                self.unit.write_trigger(defn.id, {"enabled": False, RollupField.LAST_RUN_AT: now})
+                self.unit.write_trigger(defn.id, consumption(now))
         self.stats.fires += 1
         row = RunRow(
             run_id=new_run_id(),
@@ -274,10 +394,38 @@ class Firing:
             program=defn.program,
             device=device,
             scheduled_at=due,
-            started_at=now,
+            started_at=due if ahead and due is not None else now,
+            prepared_for=due if ahead else None,
         )
         self.unit.save_run(row)
         return entry, row, dict(defn.args)
+
+    def overlap_skipped(self, entry: Entry, due: float) -> None:
+        """Count and log a cron occurrence skipped: the previous run still runs."""
+        self.stats.overlap_skips += 1
+        self.stats.overlap_by_trigger[entry.id] += 1
+        log.info(
+            "skipped %s at %s: the previous run is still running",
+            entry.id,
+            iso_time(due),
+            extra={"trigger": entry.id},
+        )
+
+    def note_started(self, starts: list[Start], dropped: list[RunRow], due: float) -> None:
+        """Note in the unit of work the runs of a batch prepared ahead that started (their
+        real `startedAt`, no longer waiting; a `once` consumed, laid over the cache as the
+        write held until now leaves) and drop those that did not."""
+        for entry, row, _ in starts:
+            row.prepared_for = None
+            self.unit.save_run(row)
+            if entry.defn.kind == Kind.ONCE:
+                entry.row.consumed, entry.row.enabled, entry.row.next_fire = True, False, None
+                self.records.write(entry.id, consumption(due))
+        for row in dropped:
+            self.unit.drop_run(row.run_id)
+            if row.trigger_id is not None:
+                self.unit.drop_held(row.trigger_id, due)
+            self.stats.fires -= 1
 
     def spawn(self, entry: Entry, row: RunRow, args: dict[str, Any]) -> asyncio.Task[None]:
         """Start a prepared run's program; return its task."""
@@ -325,7 +473,8 @@ class Firing:
         finally:
             entry.running -= 1
         self.record_outcome(row, outcome, entry=self.registry.get(entry.id))
-        await self.unit.commit(self.clock.now())
+        with contextlib.suppress(CommitFailed):  # kept for the next commit that works
+            await self.unit.commit(self.clock.now())
         log.log(
             logging.WARNING if outcome.status in BREAKER_STATUSES else logging.INFO,
             "run %s of %s ended %s%s",
@@ -349,6 +498,8 @@ class Firing:
         self.unit.save_run(row)
         try:
             await self.unit.commit(self.clock.now())
+        except CommitFailed:  # the unit said why; the next commit that works writes the row
+            pass
         except Exception as exc:  # the run goes on; the next commit writes the row
             log.warning(
                 "run %s: cannot keep its process group %d in the mirror yet: %s",
@@ -478,6 +629,56 @@ class Firing:
         self.unit.write_trigger(row.trigger_id, write.fields)
 
 
+@dataclasses.dataclass(slots=True)
+class Undo:
+    """What a fire changes in memory before its commit, to put back when the commit fails
+    or the fire is cancelled before its due time."""
+
+    rows: dict[str, tuple[Entry, EntryRow]]
+    last_fired: dict[str, float | None]
+    n: int
+
+    @classmethod
+    def of(cls, entries: list[Entry], registry: Registry) -> Undo:
+        return cls(
+            {e.id: (e, dataclasses.replace(e.row)) for e in entries},
+            {e.id: registry.last_fired.get(e.id) for e in entries},
+            len(entries),
+        )
+
+    def take_back(self, registry: Registry, stats: Stats, prepared: int) -> None:
+        """Put the entries back as they were, due at the time they were due, and uncount the
+        `prepared` runs."""
+        for tid in list(self.rows):
+            self.take_back_one(tid, registry)
+        stats.fires -= prepared
+
+    def take_back_one(self, trigger_id: str, registry: Registry) -> Entry | None:
+        """Put one entry back as it was (due again); return it."""
+        kept = self.rows.pop(trigger_id, None)
+        if kept is None:
+            return None
+        entry, row = kept
+        for f in _ENTRY_FIELDS:
+            setattr(entry.row, f, getattr(row, f))
+        if registry.get(entry.id) is entry:
+            registry.schedule(entry)
+        at = self.last_fired.pop(trigger_id, None)
+        if at is None:
+            registry.last_fired.pop(trigger_id, None)
+        else:
+            registry.last_fired[trigger_id] = at
+        return entry
+
+
+def consumption(at: float) -> dict[str, Any]:
+    """Return the fields that consume a `once` fired at `at`."""
+    return {"enabled": False, RollupField.LAST_RUN_AT: at}
+
+
+_ENTRY_FIELDS = tuple(f.name for f in dataclasses.fields(EntryRow))
+
+
 def _with_line(output: str, line: str) -> str:
     """Return `output` with `line` added on a line of its own."""
     if line and output and not output.endswith("\n"):
@@ -485,4 +686,13 @@ def _with_line(output: str, line: str) -> str:
     return output + line
 
 
-__all__ = ["MAX_MANUAL_RUNS", "Firing", "Start", "TooManyRuns", "new_run_id"]
+__all__ = [
+    "MAX_MANUAL_RUNS",
+    "Firing",
+    "NotDurable",
+    "Start",
+    "TooManyRuns",
+    "Undo",
+    "consumption",
+    "new_run_id",
+]

@@ -43,6 +43,7 @@ from sqlalchemy import (
     false,
     func,
     insert,
+    or_,
     select,
     text,
     update,
@@ -129,6 +130,7 @@ runs_table = Table(
     Column("output_dropped", Integer, nullable=False, server_default="0"),
     Column("process_group", Integer),
     Column("process_start", Text),
+    Column("prepared_for", Float),
     Index("runs_trigger_started", "trigger_id", "started_at"),
     Index("runs_status", "status"),
     Index("runs_started", "started_at"),
@@ -145,6 +147,7 @@ outbox_table = Table(
     Column("attempts", Integer, nullable=False, server_default="0"),
     Column("last_error", Text),
     Column("set_aside_at", Float),
+    Column("not_before", Float),
 )
 tombstones_table = Table(
     "tombstones",
@@ -388,8 +391,10 @@ class Mirror:
     def runs(
         self, *, trigger_id: str | None = None, status: str | None = None, limit: int = 20
     ) -> list[RunRow]:
-        """Return the newest runs, optionally of one trigger and/or one status."""
-        q = select(runs_table).order_by(runs_table.c.started_at.desc()).limit(limit)
+        """Return the newest runs, optionally of one trigger and/or one status (a run prepared
+        ahead of its due time is not one until its program starts)."""
+        q = select(runs_table).where(runs_table.c.prepared_for.is_(None))
+        q = q.order_by(runs_table.c.started_at.desc()).limit(limit)
         if trigger_id is not None:
             q = q.where(runs_table.c.trigger_id == trigger_id)
         if status is not None:
@@ -410,18 +415,18 @@ class Mirror:
         with self.engine.connect() as conn:
             return {str(s): int(n) for s, n in conn.execute(q)}
 
-    def outbox_pending(self, limit: int = 500) -> list[OutboxItem]:
-        """Return the oldest writes still to send, in order; set-aside ones are not sent.
+    def outbox_pending(self, limit: int = 500, due_by: float | None = None) -> list[OutboxItem]:
+        """Return the oldest writes still to send, in order; set-aside ones are not sent, nor
+        (given `due_by`, the time now) those held until a later time.
 
         A row whose stored text no longer decodes (a damaged mirror) is set aside here, so
         that it cannot stop the writes behind it.
         """
-        q = (
-            select(outbox_table)
-            .where(outbox_table.c.set_aside_at.is_(None))
-            .order_by(outbox_table.c.seq)
-            .limit(limit)
-        )
+        q = select(outbox_table).where(outbox_table.c.set_aside_at.is_(None))
+        if due_by is not None:
+            held = outbox_table.c.not_before
+            q = q.where(or_(held.is_(None), held <= due_by))
+        q = q.order_by(outbox_table.c.seq).limit(limit)
         items: list[OutboxItem] = []
         undecodable: list[int] = []
         with self.engine.connect() as conn:
@@ -568,7 +573,12 @@ def _write_batch(conn: Connection, batch: Batch, now: float) -> None:
             ),
             [_run_values(r) for r in batch.runs],
         )
-    if batch.outbox:
+    for chunk in _chunks(batch.drop_runs, 500):
+        conn.execute(delete(runs_table).where(runs_table.c.run_id.in_(chunk)))
+    for rid, held_until in batch.drop_held:
+        c = outbox_table.c
+        conn.execute(delete(outbox_table).where(c.record_id == rid, c.not_before == held_until))
+    if batch.outbox or batch.held:
         conn.execute(
             insert(outbox_table),
             [
@@ -581,8 +591,12 @@ def _write_batch(conn: Connection, batch: Batch, now: float) -> None:
                     "attempts": 0,
                     "last_error": None,
                     "set_aside_at": None,
+                    "not_before": held_until,
                 }
-                for d, i, f, u in batch.outbox
+                for d, i, f, u, held_until in [
+                    *((d, i, f, u, None) for d, i, f, u in batch.outbox),
+                    *batch.held,
+                ]
             ],
         )
     if batch.meta:

@@ -83,7 +83,7 @@ async def drain(
     """
     result = DrainResult()
     for _ in range(rounds):
-        items = await db.call(lambda m: m.outbox_pending(batch))
+        items = await db.call(lambda m: m.outbox_pending(batch, due_by=now()))
         if not items:
             return result
         for dataset, group in coalesce(items):

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from anyrtd.client import Reach
-from anyrtd.firing import TooManyRuns
+from anyrtd.firing import NotDurable, TooManyRuns
 from anyrtd.history import TRIGGER_RUNS, RunHistory
 from anyrtd.metrics import Stats
 from anyrtd.model import Malformed, TriggerDef
@@ -163,6 +163,7 @@ class Port(Protocol):
 __all__ = [
     "Health",
     "Metrics",
+    "NotDurable",
     "Port",
     "TooManyRuns",
     "TriggerFacts",

@@ -28,6 +28,16 @@ class Overlay:
     """The highest record version the server returned for these writes."""
 
 
+@dataclass(frozen=True, slots=True)
+class RecordMark:
+    """A record's overlay, base and parsed definition at one moment (`RecordCache.mark`)."""
+
+    version: int | None
+    overlay: Overlay | None
+    base: str | TriggerDef | None
+    parsed: TriggerDef | Malformed | None
+
+
 def _dumps(record: Mapping[str, Any]) -> str:
     return json.dumps(record, separators=(",", ":"))
 
@@ -139,6 +149,36 @@ class RecordCache:
         one: a write of this device the server took before a restart, not yet read back."""
         self.write(rid, fields)
         self.acked(rid, self._version.get(rid, 0) + 1)
+
+    def mark(self, rid: str) -> RecordMark:
+        """Return what `rewind` needs to put `rid` back as it is now (before a write)."""
+        overlay = self._overlay.get(rid)
+        kept = None
+        if overlay is not None:
+            kept = Overlay(
+                dict(overlay.fields), set(overlay.unset), overlay.outstanding, overlay.acked_version
+            )
+        return RecordMark(self._version.get(rid), kept, self._base.get(rid), self.parsed.get(rid))
+
+    def rewind(self, rid: str, mark: RecordMark) -> None:
+        """Take back the writes laid over `rid` since `mark` (they were never made durable)."""
+        if self._version.get(rid) != mark.version and rid in self._base:
+            # The server showed a newer record meanwhile: keep it, under the overlay as it was.
+            record, text = self._base_record(rid)
+            self._overlay.pop(rid, None)
+            if mark.overlay is not None:
+                self._overlay[rid] = mark.overlay
+            self._store(rid, record, text)
+            return
+        self._overlay.pop(rid, None)
+        self._base.pop(rid, None)
+        self.parsed.pop(rid, None)
+        if mark.overlay is not None:
+            self._overlay[rid] = mark.overlay
+        if mark.base is not None:
+            self._base[rid] = mark.base
+        if mark.parsed is not None:
+            self.parsed[rid] = mark.parsed
 
     def pending_owner(self) -> set[str]:
         """Return the ids whose owner stamp this device wrote and has not seen back."""

@@ -137,6 +137,17 @@ class Registry:
             heapq.heappop(self._heap)
         return None
 
+    def count_due(self, at: float) -> int:
+        """Return about how many entries are due at or before `at` (stale heap items count
+        too): a walk of the heap's top, not of all of it."""
+        heap, count, todo = self._heap, 0, [0]
+        while todo:
+            i = todo.pop()
+            if i < len(heap) and heap[i][0] <= at:
+                count += 1
+                todo += (2 * i + 1, 2 * i + 2)
+        return count
+
     def pop_due(self, now: float) -> list[tuple[Entry, float]]:
         """Remove and return every (entry, due time) whose due time is at or before `now`."""
         out: list[tuple[Entry, float]] = []

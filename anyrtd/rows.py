@@ -49,6 +49,8 @@ class RunRow:
     """A command's process group while it runs, so a restart after a crash can stop it."""
     process_start: str | None = None
     """What tells that group's leader from a later process with the same id (boot and start)."""
+    prepared_for: float | None = None
+    """The due time a run prepared ahead waits for, until its program starts (then None)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +87,14 @@ class Batch:
     tombstones: list[str] = field(default_factory=list)
     runs: list[RunRow] = field(default_factory=list)
     outbox: list[tuple[str, str, Mapping[str, Any], Sequence[str]]] = field(default_factory=list)
+    held: list[tuple[str, str, Mapping[str, Any], Sequence[str], float]] = field(
+        default_factory=list
+    )
+    """Writes owed to the server that must not leave before a time (a prepared fire's)."""
+    drop_runs: list[str] = field(default_factory=list)
+    """Runs prepared ahead and cancelled, or found never started: their rows go."""
+    drop_held: list[tuple[str, float]] = field(default_factory=list)
+    """(record id, held until) of held writes taken back with their fire."""
     meta: dict[str, str] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
@@ -97,6 +107,9 @@ class Batch:
                 self.tombstones,
                 self.runs,
                 self.outbox,
+                self.held,
+                self.drop_runs,
+                self.drop_held,
                 self.meta,
             )
         )

@@ -4,20 +4,82 @@ The stages (sync, apply, firing, the active role) queue their writes here: recor
 on the server, registry entries, runs, meta, and field-level writes owed to the server.
 A trigger field write is laid over the record cache at once (the overlay), so the next
 reconcile already sees it. `commit` writes everything pending in one transaction.
+
+A fire's writes are queued apart (`apart`) and committed with what is pending
+(`commit_apart`): when that transaction fails (the disk is full), they are taken out again
+and their overlay rewound, so nothing of a fire that could not be made durable is written
+later, while the step's other writes stay pending for the next commit. A commit that fails
+raises `CommitFailed`; the first failure of an episode is logged, and so is the recovery.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping
+import errno
+import logging
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from anyrtd.mirror import AsyncMirror
+from anyrtd.mirror_guard import MirrorFault
 from anyrtd.outbox import RUNS, TRIGGERS
-from anyrtd.records import RecordCache
+from anyrtd.records import RecordCache, RecordMark
 from anyrtd.rows import Batch, EntryRow, RunRow
 from anyrtd.runs import run_record
+
+log = logging.getLogger("anyrtd.mirror")
+
+SQLITE_FULL = 13
+"""SQLite's primary result code for "database or disk is full"."""
+
+
+class CommitFailed(Exception):
+    """A commit that did not reach the mirror (the disk is full, say): nothing of it was
+    written."""
+
+
+@dataclass(frozen=True, slots=True)
+class Failing:
+    """The mirror cannot be written: since when, and why."""
+
+    since: float
+    full: bool
+    error: str
+
+    def reason(self) -> str:
+        """Return the line `/healthz` gives for it."""
+        since = datetime.fromtimestamp(self.since, UTC)
+        what = "the disk is full" if self.full else "a write failed"
+        return (
+            f"the mirror cannot be written since {since:%Y-%m-%dT%H:%M:%SZ} ({what}: "
+            f"{self.error}); due fires wait and fire late once it can be written"
+        )
+
+
+@dataclass(slots=True)
+class Apart:
+    """A fire's writes, queued apart from the step's until they are committed."""
+
+    batch: Batch = field(default_factory=Batch)
+    marks: dict[str, RecordMark] = field(default_factory=dict)
+    """The record cache as it was before the fire's first write to each record."""
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Return whether `exc` (or what caused it) says the disk is full."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        code = getattr(seen, "sqlite_errorcode", None)
+        if isinstance(code, int) and code & 0xFF == SQLITE_FULL:
+            return True
+        if isinstance(seen, OSError) and seen.errno == errno.ENOSPC:
+            return True
+        seen = getattr(seen, "orig", None) or seen.__cause__
+    return False
 
 
 class Unit:
@@ -31,6 +93,9 @@ class Unit:
         self._on_outbox = on_outbox
         self._batch = Batch()
         self._lock = asyncio.Lock()
+        self._apart: Apart | None = None
+        self.failing: Failing | None = None
+        """Set while commits fail (from the first failure to the next commit that works)."""
 
     def __bool__(self) -> bool:
         return bool(self._batch)
@@ -71,32 +136,107 @@ class Unit:
         """Queue a field-level write of a trigger record and lay it over the cache."""
         unset = list(unset)
         self._batch.write(TRIGGERS, rid, fields, unset)
+        if self._apart is not None and rid not in self._apart.marks:
+            self._apart.marks[rid] = self.records.mark(rid)
         self.records.write(rid, fields, unset)
+
+    def hold_trigger(self, rid: str, fields: Mapping[str, Any], until: float) -> None:
+        """Queue a field-level write of a trigger record that must not leave before `until`;
+        it is laid over the cache only when the caller says (`records.write`)."""
+        self._batch.held.append((TRIGGERS, rid, dict(fields), [], until))
+
+    def drop_run(self, run_id: str) -> None:
+        """Remove a run's row: a run prepared ahead that never started."""
+        self._batch.drop_runs.append(run_id)
+
+    def drop_held(self, rid: str, until: float) -> None:
+        """Remove the writes of `rid` held until `until` (their fire was taken back)."""
+        self._batch.drop_held.append((rid, until))
+
+    def kick(self) -> None:
+        """Wake the outbox drain (held writes came due)."""
+        self._on_outbox()
+
+    @contextlib.contextmanager
+    def apart(self) -> Iterator[Apart]:
+        """Queue the writes made inside in a batch of their own, for `commit_apart`.
+
+        No await may come inside: the step's other writes must not land in it.
+        """
+        assert self._apart is None, "a fire's writes are already queued apart"
+        apart = self._apart = Apart()
+        saved, self._batch = self._batch, apart.batch
+        try:
+            yield apart
+        finally:
+            self._apart = None
+            self._batch = saved
 
     async def commit(self, now: float) -> None:
         """Write what is pending in one transaction; return once it is durable.
 
         Callers that arrive while a commit is in flight wait for it, and the first of them
         then writes everything pending at once (a group commit): a thousand runs ending
-        together cost a few transactions, not a thousand.
+        together cost a few transactions, not a thousand. Raise `CommitFailed` when the
+        transaction fails: what was pending stays pending, for the next commit.
         """
         if not self._batch:
             return
         async with self._lock:
             await self._commit_pending(now)
 
-    async def _commit_pending(self, now: float) -> None:
-        batch, self._batch = self._batch, Batch()
-        if batch and self.db is not None:
+    async def commit_apart(self, apart: Apart, now: float) -> None:
+        """Commit a fire's writes together with what is pending; return once durable.
+
+        On failure, raise `CommitFailed`: the fire's writes are dropped and its overlay is
+        rewound (the fire did not happen), and what else was pending stays for the next
+        commit.
+        """
+        async with self._lock:
             try:
-                await self.db.call(lambda m: m.commit(batch, now))
+                await self._commit_pending(now, apart.batch)
             except Exception:
-                # One transaction, so nothing of it was written (say the mirror stayed locked
-                # past busy_timeout): keep it for the next commit, ahead of what came since.
-                self._batch = _merged(batch, self._batch)
+                for rid, mark in apart.marks.items():
+                    self.records.rewind(rid, mark)
                 raise
-            if batch.outbox:
-                self._on_outbox()
+
+    async def _commit_pending(self, now: float, fire: Batch | None = None) -> None:
+        batch, self._batch = self._batch, Batch()
+        both = _merged(batch, fire) if fire else batch
+        if not both or self.db is None:
+            return
+        try:
+            await self.db.call(lambda m: m.commit(both, now))
+        except Exception as exc:
+            # One transaction, so nothing of it was written (the disk is full, or the mirror
+            # stayed locked past busy_timeout): keep the step's writes for the next commit,
+            # ahead of what came since; a fire's are the caller's to take back.
+            self._batch = _merged(batch, self._batch)
+            if isinstance(exc, MirrorFault):
+                raise
+            self.note_failed(exc, now)
+            raise CommitFailed(_first_line(exc)) from exc
+        if self.failing is not None:
+            log.warning(
+                "the mirror is written again, after %.0f s in which it could not be",
+                max(0.0, now - self.failing.since),
+            )
+            self.failing = None
+        if both.outbox:
+            self._on_outbox()
+
+    def note_failed(self, exc: Exception, now: float) -> None:
+        """Note a failed commit; log the first of an episode (and a change of its cause)."""
+        full = is_disk_full(exc)
+        before = self.failing
+        self.failing = Failing(before.since if before else now, full, _first_line(exc))
+        if before is None or before.full != full:
+            log.error(
+                "%s (%s): writes wait in memory, and what falls due waits to fire until it "
+                "can be written again",
+                "the disk of the mirror is full" if full else "the mirror cannot be written",
+                self.failing.error,
+            )
 
 
 def _merged(first: Batch, then: Batch) -> Batch:
@@ -108,4 +248,10 @@ def _merged(first: Batch, then: Batch) -> Batch:
     return out
 
 
-__all__ = ["Unit"]
+def _first_line(exc: BaseException) -> str:
+    """Return the first line of what `exc` says (SQLAlchemy adds the statement below)."""
+    text = str(getattr(exc, "orig", None) or exc)
+    return text.splitlines()[0] if text else exc.__class__.__name__
+
+
+__all__ = ["Apart", "CommitFailed", "Failing", "Unit", "is_disk_full"]

@@ -44,6 +44,7 @@ FLOW: tuple[tuple[str, ...], ...] = (
     ("anyrtd.sync",),
     ("anyrtd.apply",),
     ("anyrtd.firing",),
+    ("anyrtd.timer",),
     ("anyrtd.history",),
     ("anyrtd.why",),
     # the port its readers use, the chat responder, and the active role

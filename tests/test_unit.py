@@ -13,7 +13,7 @@ from anyrtd.mirror import AsyncMirror, Mirror
 from anyrtd.model import TriggerDef
 from anyrtd.records import RecordCache
 from anyrtd.rows import Batch, RunRow
-from anyrtd.unit import Unit
+from anyrtd.unit import CommitFailed, Unit
 from anyrtd.vocab import RunStatus
 
 NOW = 1_800_000_000.0
@@ -114,7 +114,7 @@ async def test_a_failed_commit_keeps_its_writes_ahead_of_those_queued_since() ->
     unit.evict("first")
     unit.meta({"cursor": "1"})
     db.fail_next = True
-    with pytest.raises(RuntimeError, match="locked"):
+    with pytest.raises(CommitFailed, match="locked"):
         await unit.commit(NOW)
     assert unit  # nothing of it was written, so nothing of it was lost
     unit.evict("second")

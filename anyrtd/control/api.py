@@ -40,7 +40,7 @@ from anyrtd.control.views import (
 )
 from anyrtd.history import RunHistory
 from anyrtd.model import TriggerDef, spec_error
-from anyrtd.port import Port, TooManyRuns, TriggerFacts
+from anyrtd.port import NotDurable, Port, TooManyRuns, TriggerFacts
 from anyrtd.standing import code_owned
 from anyrtd.vocab import (
     SOURCE_HEADER,
@@ -357,6 +357,8 @@ async def run_trigger(request: web.Request) -> web.Response:
         run_id = await port.run_now(trigger_id)
     except TooManyRuns as exc:
         raise BadRequest(str(exc), status=429, code="too_many_runs") from None
+    except NotDurable as exc:
+        raise BadRequest(str(exc), status=503, code="not_durable") from None
     if run_id is None:
         raise BadRequest(f"trigger {trigger_id!r} could not be started", status=409, code="busy")
     return web.json_response(

@@ -44,7 +44,8 @@ def _errors(*statuses: int) -> dict[str, Any]:
         415: "A body that is not JSON.",
         429: "Too many manual runs in flight on this daemon (16): wait for one to end.",
         502: "The any server refused the write.",
-        503: "The any server is not reachable; nothing was written.",
+        503: "The any server is not reachable, or (run) the mirror cannot be written; "
+        "nothing was written.",
     }
     return {str(s): _json(_ref("Error"), words[s]) for s in statuses}
 
@@ -346,7 +347,7 @@ def _paths() -> dict[str, Any]:
                 "parameters": [_ID_PARAM],
                 "responses": {
                     "202": _json(_ref("RunStarted"), "The run started."),
-                    **_errors(403, 404, 409, 415, 429),
+                    **_errors(403, 404, 409, 415, 429, 503),
                 },
             }
         },

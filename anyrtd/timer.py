@@ -1,0 +1,350 @@
+"""The timer: prepares each due batch ahead of its due time and starts it on time.
+
+The timer wakes a lead ahead of the next due time (the lead grows with the batch's size and
+the measured time of a prepare and its commit, within bounds), makes the batch durable in
+one transaction (`Firing.prepare_batch`: run rows, cron re-arms, a `once`'s consumption
+held in the outbox until the due time), sleeps until the due time and then starts every
+program of the batch with no disk or network work before the starts. The starts are
+noted in the mirror afterwards (the runs' `prepared_for` cleared, their real `startedAt`),
+and the held writes are released to the outbox drain.
+
+Just before a batch's programs start, its due time is written to the start mark, a file
+beside the mirror (`StartMark`): a restart after a crash tells by it a prepared run that may
+have started (closed as interrupted: a `once` never runs twice) from one that never did.
+
+A prepared run is cancelled, with its held writes, when its trigger is edited, disabled,
+repinned or deleted before its due time (`cancel`, from the apply stage), and when the
+daemon stops. A run still prepared when the daemon died never started: the next start
+discards it (`discard_prepared`), and its occurrence fires normally if still ahead, is a
+missed cron occurrence, or, for a `once`, fires late.
+
+A fire whose preparation could not be committed (the disk is full) is tried again after
+the wait `Firing.hold_s` gives, not at once: late, not lost, and no hot loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from anyrtd.clock import Clock
+from anyrtd.firing import Firing, Start, Undo
+from anyrtd.logs import iso_time
+from anyrtd.registry import Registry
+from anyrtd.rows import EntryRow, RunRow
+from anyrtd.runner.process import run_groups
+from anyrtd.unit import CommitFailed
+from anyrtd.vocab import Kind, Verdict
+
+log = logging.getLogger("anyrtd.daemon")
+
+IDLE_WAKE_S = 60.0
+"""The longest the timer sleeps without looking (the wall clock may have stepped)."""
+LEAD_MIN_S = 0.05
+LEAD_MAX_S = 2.0
+"""A batch is prepared at least 50 ms and at most 2 s ahead of its due time."""
+LEAD_FACTOR = 3.0
+"""The lead is this many times the batch's expected prepare and commit time (a margin for
+a busy machine), plus `LEAD_MIN_S`."""
+
+START_MARK_FILE = "anyrtd.start-mark"
+"""The start mark's file, beside the mirror."""
+
+Identity = Callable[[], tuple[str | None, str]]
+"""This device's peer id and verdict, read when a batch is prepared or started."""
+
+
+@dataclass(slots=True)
+class Prepared:
+    """A batch made durable ahead of its due time, waiting to start."""
+
+    due: float
+    starts: dict[str, Start]
+    """The batch's runs by trigger id."""
+    undo: Undo
+
+
+@dataclass(slots=True)
+class Lead:
+    """How long a batch takes to prepare and commit, measured (moving averages)."""
+
+    per_run_s: float = 0.0003
+    commit_s: float = 0.01
+    _seen: bool = field(default=False)
+
+    def expect(self, runs: int) -> float:
+        """Return how long a batch of `runs` is expected to take to prepare and commit."""
+        return self.commit_s + self.per_run_s * runs
+
+    def of(self, runs: int) -> float:
+        """Return how far ahead of its due time a batch of `runs` is prepared."""
+        return min(LEAD_MAX_S, LEAD_MIN_S + LEAD_FACTOR * self.expect(runs))
+
+    def note(self, runs: int, prepare_s: float, commit_s: float) -> None:
+        """Note how long a batch of `runs` took to prepare and to commit."""
+        per_run = prepare_s / max(1, runs)
+        if not self._seen:
+            self.per_run_s, self.commit_s, self._seen = per_run, commit_s, True
+            return
+        self.per_run_s += 0.2 * (per_run - self.per_run_s)
+        self.commit_s += 0.2 * (commit_s - self.commit_s)
+
+
+class StartMark:
+    """The due time of the latest batch prepared ahead whose programs began to start.
+
+    Written just before the starts, with no fsync: a killed process's write stays in the
+    page cache, so after a crash every prepared run due at or before the mark may have
+    started (its start is noted in the mirror only afterwards) and every one after it did
+    not. Only a power loss in the moment after a start can lose the mark; that start is
+    then taken for one that never happened (docs/schedule.md). The value only grows while
+    the daemon runs (a wall clock stepped back does not lower it); a new process writes
+    afresh once the runs the last one left are settled.
+    """
+
+    WIDTH = 24
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._high = 0.0
+
+    def read(self) -> float:
+        """Return the mark (0.0 when there is none or it cannot be read)."""
+        try:
+            return float(self.path.read_bytes()[: self.WIDTH])
+        except (OSError, ValueError):
+            return 0.0
+
+    def note(self, due: float) -> None:
+        """Write that the batch due at `due` begins to start."""
+        self._high = max(self._high, due)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            os.pwrite(fd, f"{self._high:{self.WIDTH - 1}.6f}\n".encode(), 0)
+        finally:
+            os.close(fd)
+
+
+class Timer:
+    """One step of the timer loop at a time (`step`), woken early by `rearm`."""
+
+    def __init__(
+        self, registry: Registry, firing: Firing, clock: Clock, identity: Identity
+    ) -> None:
+        self.registry = registry
+        self.firing = firing
+        self.clock = clock
+        self.identity = identity
+        self.rearm = asyncio.Event()
+        """Set to make the sleeping timer look at the heap again (a tick, a write-through)."""
+        self.lead = Lead()
+        self.prepared: list[Prepared] = []
+        """Batches prepared ahead, by due time."""
+        self._noting: set[asyncio.Task[None]] = set()
+        self.mark: StartMark | None = None
+        """Beside the mirror, once it is open (`discard_prepared`)."""
+        self._preparing: asyncio.Future[None] | None = None
+        firing.on_clock_step = lambda: self.cancel_all("the wall clock stepped back")
+
+    async def step(self) -> None:
+        """Start a prepared batch whose due time came, prepare the next one when it is a
+        lead away, fire what is due late; else sleep until one of those (or `rearm`)."""
+        self.firing.watch_clock()
+        now = self.clock.now()
+        ready = self.prepared[0] if self.prepared else None
+        if ready is not None and ready.due <= now:
+            await self.start(ready)
+            return
+        due = self.registry.next_due()
+        hold = self.firing.hold_s()
+        wake = [] if ready is None else [ready.due]
+        if due is not None and hold > 0.0:
+            wake.append(now + hold)
+        elif due is not None and due <= now:
+            await self.fire_now(now)
+            return
+        elif due is not None:
+            runs = self.registry.count_due(due)
+            at = due - self.lead.of(runs)
+            # Not while the prepare would hold up the start of a batch prepared already.
+            if at <= now and (ready is None or now + self.lead.expect(runs) < ready.due):
+                await self.prepare(due, now)
+                return
+            wake.append(at)
+        self.rearm.clear()
+        timeout = min(IDLE_WAKE_S, max(0.0, min(wake, default=now + IDLE_WAKE_S) - now))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.rearm.wait(), timeout=timeout)
+
+    async def fire_now(self, now: float) -> list[str]:
+        """Start the prepared batches whose due time came, then fire at once what else is
+        due at or before `now` (late: prepared and started together); return the run ids."""
+        started: list[str] = []
+        while self.prepared and self.prepared[0].due <= now:
+            started += await self.start(self.prepared[0])
+        device, verdict = self.identity()
+        return started + await self.firing.fire_due(now, device, verdict)
+
+    async def prepare(self, due: float, now: float) -> None:
+        """Prepare the batch due at `due` ahead of it, and keep it for its start.
+
+        Shielded: a stop that comes during the commit waits for it (`close`), so what it
+        made durable is known and cancelled rather than left to a restart."""
+        self._preparing = asyncio.ensure_future(self._prepare(due, now))
+        await asyncio.shield(self._preparing)
+
+    async def close(self, why: str) -> None:
+        """Wait for a prepare in flight, then cancel every prepared run (the daemon stops)."""
+        if self._preparing is not None:
+            with contextlib.suppress(Exception):
+                await self._preparing
+        self.cancel_all(why)
+
+    async def _prepare(self, due: float, now: float) -> None:
+        device, verdict = self.identity()
+        began = time.perf_counter()
+        prepared = await self.firing.prepare_batch(due, now, device, verdict)
+        took = time.perf_counter() - began
+        if prepared is None:
+            return
+        starts, undo = prepared
+        if not starts:
+            return
+        self.lead.note(len(starts), took - self.firing.last_commit_s, self.firing.last_commit_s)
+        self.prepared.append(Prepared(due, {s[0].id: s for s in starts}, undo))
+        self.prepared.sort(key=lambda p: p.due)
+
+    async def start(self, batch: Prepared) -> list[str]:
+        """Start a prepared batch (its due time came); then note the starts in the mirror.
+        Return the run ids started."""
+        self.prepared.remove(batch)
+        starts, dropped = [], []
+        _, verdict = self.identity()
+        for tid, start in batch.starts.items():
+            entry, row, _ = start
+            if verdict == Verdict.PRUNED or self.registry.get(tid) is not entry:
+                dropped.append(row)  # evicted meanwhile without a cancel: not ours to run
+            elif entry.defn.kind == Kind.CRON and entry.running:
+                self.firing.overlap_skipped(entry, batch.due)
+                dropped.append(row)
+            else:
+                starts.append(start)
+        if starts and self.mark is not None:
+            try:
+                self.mark.note(batch.due)
+            except OSError as exc:  # the starts go on: a crash now may take them for unstarted
+                log.warning("cannot write the start mark %s: %s", self.mark.path, exc)
+        self.firing.start_batch(starts)
+        await self.firing.started(starts)
+        self.firing.note_started(starts, dropped, batch.due)
+        task = asyncio.create_task(self._note_starts(), name="anyrtd-fire-note")
+        self._noting.add(task)
+        task.add_done_callback(self._noting.discard)
+        return [row.run_id for _, row, _ in starts]
+
+    async def _note_starts(self) -> None:
+        """Commit the notes of the starts (off the timer's path), then release the held
+        writes to the drain."""
+        with contextlib.suppress(CommitFailed):  # kept for the next commit; the unit says why
+            await self.firing.unit.commit(self.clock.now())
+        self.firing.unit.kick()
+
+    def cancel(self, trigger_id: str, why: str = "its trigger changed") -> None:
+        """Cancel the prepared run of `trigger_id`, if any, with its held writes: its entry
+        is put back as it was before the prepare (the caller's change follows)."""
+        for batch in self.prepared:
+            start = batch.starts.pop(trigger_id, None)
+            if start is None:
+                continue
+            entry, row, _ = start
+            self.firing.unit.drop_run(row.run_id)
+            if entry.defn.kind == Kind.ONCE:
+                self.firing.unit.drop_held(trigger_id, batch.due)
+            batch.undo.take_back_one(trigger_id, self.registry)
+            self.firing.unit.save(entry.row)
+            self.firing.stats.fires -= 1
+            log.info(
+                "cancelled the run of %s prepared for %s: %s",
+                trigger_id,
+                iso_time(batch.due),
+                why,
+                extra={"trigger": trigger_id, "run": row.run_id},
+            )
+            if not batch.starts:
+                self.prepared.remove(batch)
+            return
+
+    def cancel_all(self, why: str) -> None:
+        """Cancel every prepared run (the daemon stops, or the wall clock stepped back)."""
+        for batch in list(self.prepared):
+            for tid in list(batch.starts):
+                self.cancel(tid, why)
+
+    async def discard_prepared(
+        self,
+        rows: Iterable[RunRow],
+        entries: Iterable[EntryRow],
+        last_fired: dict[str, float],
+        now: float,
+    ) -> list[RunRow]:
+        """Discard the runs a crash left prepared and not started; return the other open runs
+        (started: closed as interrupted). Their entries' rows are put back as before the
+        prepare: a `once` unconsumed (it fires, late if its time passed), a cron at the
+        occurrence (it fires if still ahead, else is a missed one).
+
+        A run still marked prepared that is due at or before the start mark, or whose
+        command has a process (its group kept, or a process carrying its run id), may have
+        started in the moment between its start and the note of it: it is closed as
+        interrupted like any started run, so a `once` never runs twice.
+
+        Committed before the record cache is filled from the mirror, which lays the trigger
+        writes still in the outbox over the records: a discarded `once`'s held consumption
+        must be gone by then.
+        """
+        rows = list(rows)
+        if self.mark is None and (db := self.firing.unit.db) is not None:
+            self.mark = StartMark(db.mirror.path.parent / START_MARK_FILE)
+        begun = self.mark.read() if self.mark is not None else 0.0
+        waiting = [r.run_id for r in rows if r.prepared_for is not None]
+        spawned = run_groups(waiting) if waiting else {}
+        by_id = {e.trigger_id: e for e in entries}
+        rest = []
+        for row in rows:
+            if (
+                row.prepared_for is None
+                or row.prepared_for <= begun
+                or row.process_group is not None
+                or row.run_id in spawned
+            ):
+                rest.append(row)
+                continue
+            unit, tid = self.firing.unit, row.trigger_id
+            unit.drop_run(row.run_id)
+            if tid is not None and (entry := by_id.get(tid)) is not None:
+                if entry.kind == Kind.ONCE:
+                    entry.consumed, entry.enabled, entry.next_fire = False, True, None
+                    unit.drop_held(tid, row.prepared_for)
+                elif entry.kind == Kind.CRON and entry.next_fire is not None:
+                    entry.next_fire = min(entry.next_fire, row.prepared_for)
+                unit.save(entry)
+            if tid is not None and last_fired.get(tid) == row.scheduled_at:
+                del last_fired[tid]
+            log.warning(
+                "run %s of %s was prepared for %s and never started (the daemon stopped "
+                "before its due time): discarded",
+                row.run_id,
+                tid,
+                iso_time(row.prepared_for),
+                extra={"trigger": tid, "run": row.run_id},
+            )
+        await self.firing.unit.commit(now)
+        return rest
+
+
+__all__ = ["LEAD_MAX_S", "LEAD_MIN_S", "START_MARK_FILE", "Lead", "Prepared", "StartMark", "Timer"]

@@ -1,0 +1,363 @@
+"""Prepare ahead, start on time (issue 13, item 2), one piece at a time.
+
+The timer, the firing stage and the apply stage on a real SQLite mirror, a fake clock and a
+stand-in runner that notes when each program was started. The crashes of a real
+`anyrtd serve` are in tests/test_fire_ahead_crash.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+from collections.abc import AsyncIterator, Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from anyrtd.apply import Apply
+from anyrtd.clock import FakeClock
+from anyrtd.firing import Firing
+from anyrtd.metrics import Stats
+from anyrtd.mirror import AsyncMirror, Mirror
+from anyrtd.model import TriggerDef
+from anyrtd.program import RunOutcome, RunRequest
+from anyrtd.records import RecordCache
+from anyrtd.registry import Entry, Registry, new_row
+from anyrtd.timer import LEAD_MAX_S, LEAD_MIN_S, START_MARK_FILE, Lead, Timer
+from anyrtd.unit import Unit
+from anyrtd.vocab import RunStatus, Verdict
+
+T0 = 1_800_000_000.0
+PEER = "peer-a"
+AT = T0 + 10.0
+
+
+def record(rid: str, **fields: Any) -> dict[str, Any]:
+    return {
+        "id": rid,
+        "_v": 1,
+        "name": rid,
+        "program": "x:y@v1",
+        "owner": PEER,
+        "enabled": True,
+        **fields,
+    }
+
+
+ONCE = record("shot", kind="once", spec={"at": AT})
+CRON = record("tick", kind="cron", spec={"every_s": 60})
+
+
+class Runner:
+    """A stand-in runner: notes each run's start (on the fake clock); each ends when told."""
+
+    kill_grace_s = 0.1
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.started: dict[str, float] = {}
+
+    def start(
+        self, req: RunRequest, on_start: Callable[[float], None] | None = None
+    ) -> Coroutine[Any, Any, RunOutcome]:
+        at = self.clock.now()
+        self.started[req.trigger_id or ""] = at
+        if on_start is not None:
+            on_start(at)
+
+        async def ended() -> RunOutcome:
+            return RunOutcome(RunStatus.OK, None, None, at, at, 0)
+
+        return ended()
+
+
+class Stage:
+    def __init__(self, db: AsyncMirror) -> None:
+        self.db = db
+        self.clock = FakeClock(T0)
+        self.records = RecordCache()
+        self.registry = Registry()
+        self.unit = Unit(self.records, on_outbox=lambda: None)
+        self.unit.db = db
+        self.runner = Runner(self.clock)
+        self.firing = Firing(
+            registry=self.registry,
+            records=self.records,
+            unit=self.unit,
+            runner=self.runner,  # type: ignore[arg-type]
+            stats=Stats(),
+            clock=self.clock,
+        )
+        self.timer = Timer(self.registry, self.firing, self.clock, lambda: (PEER, Verdict.ACTIVE))
+        self.apply = Apply(
+            registry=self.registry,
+            records=self.records,
+            unit=self.unit,
+            stats=Stats(),
+            confirm_after=0.0,
+            cancel=self.timer.cancel,
+        )
+
+    def adopt(self, *records: dict[str, Any]) -> None:
+        for rec in records:
+            self.records.put(rec)
+            defn = self.records.parsed[rec["id"]]
+            assert isinstance(defn, TriggerDef)
+            entry = Entry(defn, new_row(defn, T0 - 50, claimed=False))
+            self.registry.put(entry)
+            self.registry.arm(entry, T0 - 50)
+
+    def entry(self, tid: str) -> Entry:
+        entry = self.registry.get(tid)
+        assert entry is not None
+        return entry
+
+    def sql(self, query: str) -> list[tuple[Any, ...]]:
+        conn = sqlite3.connect(self.db.mirror.path)
+        try:
+            return conn.execute(query).fetchall()
+        finally:
+            conn.close()
+
+    async def held(self, due_by: float) -> list[tuple[str, dict[str, Any]]]:
+        items = await self.db.call(lambda m: m.outbox_pending(500, due_by=due_by))
+        return [(i.record_id, dict(i.fields)) for i in items]
+
+
+@pytest.fixture
+async def stage(tmp_path: Path) -> AsyncIterator[Stage]:
+    db = AsyncMirror(Mirror(tmp_path / "mirror.sqlite3"))
+    await db.call(lambda m: m.ensure_schema(create=True))
+    stage = Stage(db)
+    try:
+        yield stage
+    finally:
+        await stage.firing.wait_idle()
+        await db.close()
+
+
+async def test_a_batch_is_durable_before_its_due_time_and_starts_with_no_write_before(
+    stage: Stage,
+) -> None:
+    stage.adopt(ONCE)
+    stage.clock.set(AT - 0.5)
+    await stage.timer.prepare(AT, stage.clock.now())
+
+    # Durable: the run waits for its due time, the once is consumed in the mirror, and its
+    # consumption is held in the outbox until then; nothing started, nothing overlaid.
+    assert stage.sql("SELECT trigger_id, status, prepared_for FROM runs") == [
+        ("shot", RunStatus.RUNNING, AT)
+    ]
+    assert stage.sql("SELECT consumed FROM entries WHERE trigger_id = 'shot'") == [(1,)]
+    assert await stage.db.call(lambda m: m.runs()) == []  # not started: not listed yet
+    assert await stage.held(AT - 0.01) == []
+    assert await stage.held(AT) == [("shot", {"enabled": False, "lastRunAt": AT})]
+    assert stage.runner.started == {}
+    defn = stage.records.parsed["shot"]
+    assert isinstance(defn, TriggerDef) and defn.rollup.last_run_at is None
+    assert not stage.entry("shot").row.consumed
+
+    # At the due time: started, and only then noted (startedAt the real start).
+    stage.clock.set(AT + 0.002)
+    [run_id] = await stage.timer.fire_now(stage.clock.now())
+    assert stage.runner.started == {"shot": AT + 0.002}
+    await stage.firing.wait_idle()
+    await stage.unit.commit(stage.clock.now())
+    assert stage.sql(f"SELECT prepared_for, started_at FROM runs WHERE run_id = '{run_id}'") == [
+        (None, AT + 0.002)
+    ]
+    defn = stage.records.parsed["shot"]
+    assert isinstance(defn, TriggerDef) and defn.rollup.last_run_at == AT
+    assert stage.entry("shot").row.consumed
+    assert await stage.timer.fire_now(stage.clock.now()) == []
+
+
+@pytest.mark.parametrize("change", ["disable", "edit", "delete", "repin"])
+async def test_a_change_before_the_due_time_cancels_the_prepared_run(
+    stage: Stage, change: str
+) -> None:
+    stage.adopt(ONCE, CRON)
+    cron_due = stage.entry("tick").row.next_fire
+    assert cron_due is not None
+    stage.clock.set(AT - 0.5)
+    await stage.timer.prepare(AT, stage.clock.now())
+    assert len(stage.sql("SELECT run_id FROM runs")) == 2
+
+    if change == "disable":
+        new = {**ONCE, "_v": 2, "enabled": False}
+    elif change == "edit":
+        new = {**ONCE, "_v": 2, "spec": {"at": AT + 3600}}
+    elif change == "repin":
+        new = {**ONCE, "_v": 2, "owner": "peer-b"}
+    if change == "delete":
+        stage.records.drop("shot")
+    else:
+        stage.records.put(new)
+    stage.apply.reconcile(["shot"], stage.clock.now(), Verdict.ACTIVE, PEER)
+    await stage.unit.commit(stage.clock.now())
+
+    # The once's run and its held consumption are gone; the cron's prepared run stays.
+    assert stage.sql("SELECT trigger_id FROM runs") == [("tick",)]
+    assert await stage.held(AT + 3600) == []
+    stage.clock.set(AT)
+    started = await stage.timer.fire_now(AT)
+    assert list(stage.runner.started) == ["tick"] and len(started) == 1
+    if change == "edit":
+        assert stage.entry("shot").row.next_fire == AT + 3600
+        assert not stage.entry("shot").row.consumed
+    else:
+        assert stage.registry.get("shot") is None or not stage.entry("shot").row.enabled
+
+
+async def test_stopping_cancels_what_is_prepared_and_puts_the_entries_back(stage: Stage) -> None:
+    stage.adopt(ONCE, CRON)
+    cron_due = stage.entry("tick").row.next_fire
+    stage.clock.set(AT - 0.5)
+    await stage.timer.prepare(AT, stage.clock.now())
+    stage.timer.cancel_all("the daemon stops")
+    await stage.unit.commit(stage.clock.now())
+    assert stage.sql("SELECT * FROM runs") == []
+    assert await stage.held(AT + 3600) == []
+    assert stage.sql("SELECT trigger_id, consumed, next_fire FROM entries ORDER BY 1") == [
+        ("shot", 0, AT),
+        ("tick", 0, cron_due),
+    ]
+    assert stage.firing.stats.fires == 0
+
+
+async def test_runs_a_crash_left_prepared_are_discarded_and_the_once_fires_late(
+    stage: Stage,
+) -> None:
+    stage.adopt(ONCE, CRON)
+    cron_due = stage.entry("tick").row.next_fire
+    assert cron_due is not None
+    stage.clock.set(AT - 0.5)
+    await stage.timer.prepare(AT, stage.clock.now())
+    # The daemon dies here. The next start finds the prepared runs and discards them.
+    fresh = Stage(stage.db)
+    for rec in (ONCE, CRON):
+        fresh.records.put(rec)
+    snap = await stage.db.call(Mirror.snapshot)
+    left = await stage.db.call(Mirror.open_runs)
+    assert {r.prepared_for for r in left} == {AT}
+    assert await fresh.timer.discard_prepared(left, snap.entries, snap.last_fired, AT) == []
+    assert "tick" not in snap.last_fired
+    now = AT + 5.0
+    fresh.apply.restore(snap.entries, now, snap.last_fired)
+    await fresh.unit.commit(now)
+    assert stage.sql("SELECT * FROM runs") == []
+    assert await stage.held(now) == []
+    # The once is due again (late); the cron's occurrence at AT is a missed one.
+    assert fresh.entry("shot").row.next_fire == AT and not fresh.entry("shot").row.consumed
+    assert (fresh.entry("tick").row.next_fire or 0) > now
+    fresh.clock.set(now)
+    assert len(await fresh.timer.fire_now(now)) == 1
+    assert list(fresh.runner.started) == ["shot"]
+    await fresh.firing.wait_idle()
+
+
+async def test_a_start_writes_the_start_mark_before_the_programs_start(
+    stage: Stage, tmp_path: Path
+) -> None:
+    assert await stage.timer.discard_prepared([], [], {}, T0) == []  # as at the daemon's open
+    assert stage.timer.mark is not None and stage.timer.mark.read() == 0.0
+    stage.adopt(ONCE)
+    stage.clock.set(AT - 0.5)
+    await stage.timer.prepare(AT, stage.clock.now())
+    assert not (tmp_path / START_MARK_FILE).exists()
+    stage.clock.set(AT)
+    await stage.timer.fire_now(AT)
+    assert stage.timer.mark.read() == AT
+    # It only grows while the daemon runs: an earlier batch (a clock stepped back) keeps it.
+    stage.timer.mark.note(AT - 7200)
+    assert stage.timer.mark.read() == AT
+
+
+async def test_a_prepared_run_due_by_the_start_mark_is_closed_as_interrupted_not_refired(
+    stage: Stage,
+) -> None:
+    """Killed between a batch's start and the note of it in the mirror: the run may have
+    started, so the restart closes it as interrupted and the once stays consumed."""
+    await stage.timer.discard_prepared([], [], {}, T0)
+    assert stage.timer.mark is not None
+    stage.adopt(ONCE)
+    stage.clock.set(AT - 0.5)
+    await stage.timer.prepare(AT, stage.clock.now())
+    stage.timer.mark.note(AT)  # the start began; the process dies before the note commits
+    fresh = Stage(stage.db)
+    fresh.records.put(ONCE)
+    snap = await stage.db.call(Mirror.snapshot)
+    left = await stage.db.call(Mirror.open_runs)
+    [kept] = await fresh.timer.discard_prepared(left, snap.entries, snap.last_fired, AT + 5)
+    assert kept.trigger_id == "shot" and kept.prepared_for == AT
+    await fresh.firing.close_interrupted([kept], AT + 5)
+    fresh.apply.restore(snap.entries, AT + 5, snap.last_fired)
+    await fresh.unit.commit(AT + 5)
+    assert stage.sql("SELECT status FROM runs") == [(RunStatus.INTERRUPTED,)]
+    assert fresh.entry("shot").row.consumed
+    assert await fresh.timer.fire_now(AT + 5) == []
+
+
+async def test_a_cron_occurrence_still_ahead_at_the_restart_fires_at_its_time(
+    stage: Stage,
+) -> None:
+    stage.adopt(CRON)
+    due = stage.entry("tick").row.next_fire
+    assert due is not None
+    stage.clock.set(due - 0.5)
+    await stage.timer.prepare(due, stage.clock.now())
+    fresh = Stage(stage.db)
+    fresh.records.put(CRON)
+    snap = await stage.db.call(Mirror.snapshot)
+    left = await stage.db.call(Mirror.open_runs)
+    assert await fresh.timer.discard_prepared(left, snap.entries, snap.last_fired, AT) == []
+    fresh.apply.restore(snap.entries, due - 0.2, snap.last_fired)
+    assert fresh.entry("tick").row.next_fire == due
+
+
+def test_the_lead_grows_with_the_batch_and_the_measured_time_within_bounds() -> None:
+    lead = Lead()
+    lead.note(100, prepare_s=0.05, commit_s=0.02)
+    assert LEAD_MIN_S < lead.of(1) < lead.of(1000) <= LEAD_MAX_S
+    lead.note(100, prepare_s=5.0, commit_s=1.0)
+    assert lead.of(10_000) == LEAD_MAX_S
+
+
+async def test_a_wall_clock_stepped_back_cancels_what_was_prepared_under_the_later_clock(
+    stage: Stage,
+) -> None:
+    stage.adopt(CRON)
+    due = stage.entry("tick").row.next_fire
+    assert due is not None
+    stage.clock.set(due - 0.5)
+    stage.firing.watch_clock()
+    await stage.timer.prepare(due, stage.clock.now())
+    assert stage.timer.prepared
+    stage.clock.set(due - 7200)  # two hours back
+    assert stage.firing.watch_clock() > 7000
+    assert stage.timer.prepared == []
+    await stage.unit.commit(stage.clock.now())
+    assert stage.sql("SELECT * FROM runs") == []
+    # Re-armed from the new time, not left at the occurrence of the later clock.
+    next_fire = stage.entry("tick").row.next_fire
+    assert next_fire is not None and next_fire <= stage.clock.now() + 60
+
+
+async def test_a_stop_during_the_prepare_commit_waits_for_it_and_cancels_what_it_made(
+    stage: Stage,
+) -> None:
+    stage.adopt(ONCE)
+    stage.clock.set(AT - 0.5)
+    preparing = asyncio.create_task(stage.timer.prepare(AT, stage.clock.now()))
+    await asyncio.sleep(0)  # the commit is in flight on the mirror's thread
+    preparing.cancel()  # the daemon stops: its timer task is cancelled
+    with contextlib.suppress(asyncio.CancelledError):
+        await preparing
+    await stage.timer.close("the daemon stops")
+    await stage.unit.commit(stage.clock.now())
+    assert stage.timer.prepared == []
+    assert stage.sql("SELECT * FROM runs") == []
+    assert await stage.held(AT + 1) == []
+    assert stage.sql("SELECT consumed, next_fire FROM entries") == [(0, AT)]
