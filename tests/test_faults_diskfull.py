@@ -1,6 +1,7 @@
 """The fault suite's full disk (bench/faults/diskfull.py), two rounds: the state directory's
 tmpfs fills just before and inside a `once`'s fire; the `once` still runs exactly once
-when the disk has room, nothing stays `running`, and `/healthz` says the disk is full.
+when the disk has room, nothing stays `running`, and `/healthz` says the disk is full
+while a write fails on it.
 Needs root (to mount the tmpfs); skipped with the reason otherwise."""
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from bench.faults import diskfull
 from bench.faults.suite import run_family
 
 
-@pytest.mark.xfail(strict=False, reason="issue 15 item 2: fix in progress")
 def test_a_disk_full_at_fire_time_loses_no_once_and_leaves_nothing_running(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
