@@ -1,0 +1,27 @@
+"""The fault suite's control-API flood and idle connections (bench/faults/flood.py), short:
+`GET /triggers` at a concurrency of 200 for 5 s, then 1,100 half-sent requests held open
+against systemd's default descriptor limit; the every-second trigger keeps its timing, no
+run fails, nothing is auto-disabled, every `once` runs once."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+# `bench` is a folder of the repository, not an installed package
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.faults import flood
+from bench.faults.suite import run_family
+
+
+def test_a_flood_and_idle_connections_leave_the_timer_and_the_runs_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(flood, "FLOOD_S", 5.0)
+    monkeypatch.setattr(flood, "IDLE_S", 6.0)
+    monkeypatch.setattr(flood, "IDLE_COUNT", 1_100)  # over the daemon's 1,024 descriptors
+    result = run_family("flood", tmp_path, rounds=200)
+    assert result.ok, result.report()
