@@ -36,7 +36,7 @@ from anyrtd.registry import Registry
 from anyrtd.role import Role
 from anyrtd.rows import RunRow
 from anyrtd.runner import Runner
-from anyrtd.sync import Sync
+from anyrtd.sync import TICK_CHANGES, Sync
 from anyrtd.timer import Timer
 from anyrtd.unit import CommitFailed, Unit, is_disk_full
 from anyrtd.vocab import Verdict
@@ -288,7 +288,7 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
         """Apply what sync read, reconcile the registry on it, and persist what changed."""
         started = time.perf_counter()
         now = self.clock.now()
-        self._dirty |= self.sync_stage.apply_buffered()
+        self._dirty |= self.sync_stage.apply_buffered(TICK_CHANGES)
         verdict = self.gate.verdict
         if self.fence.follow(verdict == Verdict.ACTIVE, self.gate.term, now):
             self._reconciled_as = (None, None)  # claiming may start or resume: reconcile all
@@ -311,19 +311,18 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
         self.role.tend_chat_watch()
         self.timer.rearm.set()
         self._outbox_kick.set()
+        if self.sync_stage.pending:  # the rest of a burst: the next tick, after the timer's turn
+            self._wake.set()
         self.stats.ticks += 1
         self.last_tick_at = now
         self.last_tick_mono = self.clock.monotonic()
         self.stats.tick_duration.observe(time.perf_counter() - started)
 
     async def sync(self, wait: float = 0.0) -> int:
-        """Take one step of the sync loop; return how many trigger changes it buffered.
-
-        Resolve the server when not yet done, re-read every record when a full read is
-        due (the first one, every `full_resync_s`, or every step without a change feed),
-        else follow the change feed (long-polling up to `wait` s) and route new chat
-        messages to the event triggers. A tick applies what this buffered: it never waits.
-        """
+        """Take one step of the sync loop; return how many buffered changes a tick should
+        apply soon. Resolve the server when not yet done, re-read every record when due
+        (the first time, every `full_resync_s`, or every step without a change feed), else
+        follow the feed (long-polling up to `wait` s) and route new chat messages."""
         now = self.clock.now()
         sync = self.sync_stage
         if not sync.resolved:

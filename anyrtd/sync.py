@@ -35,6 +35,11 @@ FEED_HEAD = 2**53
 """A `since` past any sequence number: the feed answers with its head and no changes."""
 
 
+TICK_CHANGES = 100
+"""The most feed changes one tick applies; a burst's rest waits for the next tick, which
+follows at once (tens of milliseconds of parsing and reconciling per slice)."""
+
+
 class Sync:
     """One device's view of the server: where its records live, and what was read of them."""
 
@@ -211,16 +216,28 @@ class Sync:
 
     # applying
 
-    def apply_buffered(self) -> set[str]:
-        """Apply what was read since the last tick, in the order it was read; return the ids
-        it touched."""
+    @property
+    def pending(self) -> bool:
+        """True when changes are buffered that a tick has not applied yet."""
+        return bool(self._buffer)
+
+    def apply_buffered(self, changes: int | None = None) -> set[str]:
+        """Apply what was read since the last tick, in the order it was read, but at most
+        `changes` feed changes (None: all; a full read is always applied whole); return
+        the ids it touched. What is left waits for the next tick, so a burst of changes
+        is applied in slices and never holds the loop (and the timer) for long."""
         touched: set[str] = set()
-        buffered, self._buffer = self._buffer, []
-        for item in buffered:
+        taken = 0
+        for n, item in enumerate(self._buffer):
             if isinstance(item, Change):
+                if changes is not None and taken >= changes:
+                    del self._buffer[:n]
+                    return touched
+                taken += 1
                 touched |= self._apply_change(item)
             else:
                 touched |= self._apply_full_read(item)
+        self._buffer = []
         return touched
 
     def _apply_full_read(self, records: list[Record]) -> set[str]:
@@ -264,4 +281,4 @@ class Sync:
         return rid
 
 
-__all__ = ["Sync"]
+__all__ = ["TICK_CHANGES", "Sync"]

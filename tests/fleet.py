@@ -156,6 +156,8 @@ class Node:
         with contextlib.suppress(ServerUnavailable):
             await self.daemon.sync()
         await self.daemon.tick()
+        while self.daemon.sync_stage.pending:  # a burst's rest, as the tick loop does at once
+            await self.daemon.tick()
 
     async def settle(self) -> None:
         """Let in-flight runs end, drain the outbox, and tick."""

@@ -26,6 +26,7 @@ def test_a_thousand_broken_records_leave_the_good_triggers_firing(tmp_path: Path
     assert states.get("invalid_spec", 0) >= 400, states  # each broken spec is marked
     if not all(c.ok for c in result.checks):
         pytest.xfail(
-            "found by issue 15's suite (docs/reliability.md, A): a burst of record changes "
-            "holds the event loop (1,000 records, ~250 ms): " + "; ".join(result.failures())
+            "a stall over 100 ms is measured, not asserted (docs/reliability.md, A: a burst "
+            "of record changes is applied in slices; on a loaded machine one can still "
+            "exceed the bar): " + "; ".join(result.failures())
         )
