@@ -582,8 +582,10 @@ class Firing:
         """Close the runs a crash left `running` as `interrupted`, first stopping what is
         left of their commands' process groups (SIGTERM, then SIGKILL after the grace)."""
         rows = list(rows)
-        # A run whose group was not kept yet is found by the run id in its environment.
-        unkept = run_groups([r.run_id for r in rows if r.process_group is None]) if rows else {}
+        # A run whose group was not kept yet, or kept without its start time (the command
+        # had exited before it was read), is found by the run id in its environment.
+        unsure = [r.run_id for r in rows if r.process_group is None or r.process_start is None]
+        unkept = run_groups(unsure) if unsure else {}
         notes = await asyncio.gather(
             *(self._stop_leftover(row, unkept.get(row.run_id, set())) for row in rows)
         )
@@ -609,20 +611,12 @@ class Firing:
             self.record_outcome(row, outcome, entry=entry)
 
     async def _stop_leftover(self, row: RunRow, found: set[int]) -> str:
-        """Stop the process groups a crash left running for `row` (its kept group, else those
-        `found` by its run id); return a note for its output."""
+        """Stop the process groups a crash left running for `row` (its kept group when its
+        start time was kept too, else those `found` by its run id); return a note for its
+        output."""
         extra = {"trigger": row.trigger_id, "run": row.run_id}
         groups = sorted(found)
-        if (pgid := row.process_group) is not None:
-            if row.process_start is None:
-                log.warning(
-                    "run %s: cannot tell whether process group %d is still its program "
-                    "(no /proc): left alone",
-                    row.run_id,
-                    pgid,
-                    extra=extra,
-                )
-                return ""
+        if (pgid := row.process_group) is not None and row.process_start is not None:
             groups = [pgid] if leftover_group(pgid, row.process_start) else []
         grace = self.runner.kill_grace_s
         counts = await asyncio.gather(*(kill_group(g, grace) for g in groups))

@@ -141,6 +141,21 @@ async def test_a_run_whose_group_was_not_kept_yet_is_found_by_its_run_id(
     )
 
 
+async def test_a_kept_group_without_its_start_time_is_found_by_its_run_id(
+    tmp_path: Path, started: list[subprocess.Popen[bytes]]
+) -> None:
+    # The command exited before its start time was read: the row keeps its group but no
+    # start time. What the command left in its group is still found, by its run id, and
+    # stopped; a stranger's group under the same id is not.
+    mine, other = start_group("run-quick"), start_group("run-of-someone-else")
+    started += [mine, other]
+    row = open_row("run-quick", process_group=other.pid, process_start=None)
+    await firing(tmp_path).close_interrupted([row], time.time())
+    assert group_members(mine.pid) == 0
+    assert group_members(other.pid) == 2
+    assert row.status == "interrupted" and "stopped (process group" in row.output
+
+
 async def test_a_kept_group_whose_leader_id_was_given_to_another_process_is_left_alone(
     tmp_path: Path, started: list[subprocess.Popen[bytes]]
 ) -> None:
