@@ -306,8 +306,7 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
             self.apply.reconcile(ids, now, verdict, peer)
             self.role.refresh_standing(ids, now, peer)
             self.role.hand_off(self.fence, now)
-        with contextlib.suppress(CommitFailed):  # kept for the next commit; the unit says why
-            await self.unit.commit(now)
+        await self.unit.commit_step(now)  # a full disk is waited out; a lock stalls the tick
         self.role.tend_chat_watch()
         self.timer.rearm.set()
         self._outbox_kick.set()

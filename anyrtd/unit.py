@@ -172,6 +172,17 @@ class Unit:
             self._apart = None
             self._batch = saved
 
+    async def commit_step(self, now: float) -> None:
+        """Commit a tick's writes. A full disk is waited out: the tick completes (degraded;
+        `/healthz` says why) and its writes wait in memory. Any other failure (the mirror
+        locked past busy_timeout) raises `CommitFailed`: the tick stalls, so a lock that
+        never clears stops the watchdog's pings and systemd restarts anyrtd."""
+        try:
+            await self.commit(now)
+        except CommitFailed:
+            if self.failing is None or not self.failing.full:
+                raise
+
     async def commit(self, now: float) -> None:
         """Write what is pending in one transaction; return once it is durable.
 
