@@ -192,6 +192,9 @@ class Unit:
         transaction fails: what was pending stays pending, for the next commit.
         """
         if not self._batch:
+            if self._lock.locked():  # a commit in flight took this caller's writes: wait
+                async with self._lock:
+                    pass
             return
         async with self._lock:
             await asyncio.sleep(0)  # the writes queued in this turn of the loop join in

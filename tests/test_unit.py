@@ -141,3 +141,24 @@ async def test_commits_that_arrive_during_one_in_flight_are_written_together() -
     async with asyncio.timeout(5):
         await asyncio.gather(first, *waiting)
     assert [b.evict for b in db.batches] == [["a"], ["b", "c", "d"]]
+
+
+async def test_a_commit_whose_writes_an_in_flight_commit_took_returns_once_that_is_durable() -> (
+    None
+):
+    db = HeldMirror()
+    unit, _, _ = unit_with(db)
+    db.hold.clear()
+    unit.evict("a")
+    first = asyncio.create_task(unit.commit(NOW))
+    await asyncio.sleep(0)  # the first commit holds the lock and lets this turn's writes join
+    unit.evict("b")  # joins the first commit's transaction
+    async with asyncio.timeout(5):
+        await db.entered.wait()
+    second = asyncio.create_task(unit.commit(NOW))  # nothing left pending of its own
+    await asyncio.sleep(0.05)
+    assert not second.done()  # its write is in the transaction still in flight
+    db.hold.set()
+    async with asyncio.timeout(5):
+        await asyncio.gather(first, second)
+    assert [b.evict for b in db.batches] == [["a", "b"]]
