@@ -58,7 +58,7 @@ def parse_listen(listen: str) -> Address:
             "or unix:/path"
         )
     host, sep, port_text = text.rpartition(":")
-    if not sep or not port_text.isdigit():
+    if not sep or not (port_text.isascii() and port_text.isdigit()):
         raise AddressError(
             f"listen address {listen!r}: expected HOST:PORT (127.0.0.1:7010) or unix:/path"
         )
@@ -97,7 +97,7 @@ def split_host_header(value: str) -> str:
         end = value.find("]")
         return value[: end + 1] if end != -1 else value
     host, sep, port = value.rpartition(":")
-    if sep and port.isdigit() and ":" not in host:
+    if sep and port.isascii() and port.isdigit() and ":" not in host:
         return host
     return value
 

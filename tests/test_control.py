@@ -424,7 +424,15 @@ async def test_run_now_refuses_a_trigger_pinned_elsewhere(stack: Stack) -> None:
 
 @pytest.mark.parametrize(
     "query",
-    [{"status": "done"}, {"limit": "0"}, {"limit": "1001"}, {"limit": "many"}, {"limit": "-1"}],
+    [
+        {"status": "done"},
+        {"limit": "0"},
+        {"limit": "1001"},
+        {"limit": "many"},
+        {"limit": "-1"},
+        {"limit": "¹"},
+        {"limit": "\u0661\u0660"},  # Arabic-Indic 10: a digit to str, not ASCII
+    ],
 )
 async def test_runs_refuses_bad_queries(stack: Stack, query: dict[str, str]) -> None:
     status, body = await stack.json("GET", "/runs", params=query)

@@ -169,6 +169,8 @@ def test_parse_listen() -> None:
     )
     with pytest.raises(AddressError):
         parse_listen("nonsense")
+    with pytest.raises(AddressError):  # a digit to str.isdigit, but not to int()
+        parse_listen("127.0.0.1:\u00b9")
 
 
 @pytest.mark.parametrize(

@@ -380,7 +380,8 @@ async def list_runs(request: web.Request) -> web.Response:
     limit_text = request.query.get("limit")
     limit = DEFAULT_RUNS_LIMIT
     if limit_text is not None:
-        if not limit_text.strip().isdigit() or not 1 <= int(limit_text) <= MAX_RUNS_LIMIT:
+        digits = limit_text.strip()
+        if not (digits.isascii() and digits.isdigit()) or not 1 <= int(digits) <= MAX_RUNS_LIMIT:
             raise BadRequest(
                 f"limit {limit_text!r}: give a whole number from 1 to {MAX_RUNS_LIMIT}"
             )
