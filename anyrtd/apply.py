@@ -223,7 +223,10 @@ class Apply:
             fencing = {}
             if self.fence is not None and not self.unfenced(defn.id):
                 fencing = self.fence.claim_fields(defn.id, now)
-            self.unit.write_trigger(defn.id, {"owner": peer_id, **fencing})
+            # Against the version read: an owner written on the server since (a pin) stands,
+            # and the refused claim is dropped (anyrtd/outbox.py, `DrainResult.lost`).
+            version = self.records.version(defn.id) or None
+            self.unit.write_trigger(defn.id, {"owner": peer_id, **fencing}, if_version=version)
             log.info("claimed %s", defn.id, extra={"trigger": defn.id})
         else:
             log.info("adopted %s (%s)", defn.id, defn.kind, extra={"trigger": defn.id})

@@ -352,7 +352,8 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
         return await self.timer.fire_now(now)
 
     async def drain_outbox(self) -> DrainResult | None:
-        """Send what the outbox holds; note the acknowledged trigger writes in the cache."""
+        """Send what the outbox holds; note in the cache the trigger writes the server took, and
+        those it dropped (a claim that met a newer owner: the server's record shows again)."""
         async with self._drain_lock:
             return await self._drain()
 
@@ -361,10 +362,11 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
             return None
         datasets = {TRIGGERS: places.triggers, RUNS: places.runs}
         result = await drain(self.db, self.client, datasets.get, now=self.clock.now)
-        for dataset, rid, version in result.acked:
-            if dataset == TRIGGERS:
-                self.records.acked(rid, version)
-                self._dirty.add(rid)
+        for rid, version in result.trigger_writes():
+            self.records.acked(rid, version)
+            self._dirty.add(rid)
+        if result.lost:
+            self._wake.set()
         return result
 
     # the loops

@@ -146,6 +146,7 @@ outbox_table = Table(
     Column("last_error", Text),
     Column("set_aside_at", Float),
     Column("not_before", Float),
+    Column("if_version", Integer),
 )
 tombstones_table = Table(
     "tombstones",
@@ -429,13 +430,15 @@ class Mirror:
                 rows = conn.exec_driver_sql(_PENDING_OUTBOX, (limit,))
             else:
                 rows = conn.exec_driver_sql(_DUE_OUTBOX, (due_by, limit))
-            for seq, dataset, record_id, fields_text, unset_text, attempts in rows:
+            for seq, dataset, record_id, fields_text, unset_text, attempts, if_version in rows:
                 try:
                     fields_, unset = json.loads(fields_text), json.loads(unset_text)
                 except ValueError:
                     undecodable.append(seq)
                     continue
-                items.append(OutboxItem(seq, dataset, record_id, fields_, unset, attempts))
+                items.append(
+                    OutboxItem(seq, dataset, record_id, fields_, unset, attempts, if_version)
+                )
         if undecodable:
             reason = "its text in the mirror is not valid JSON"
             self.set_aside_outbox(undecodable, reason, time.time())
@@ -547,14 +550,14 @@ _UPSERT_ENTRY = _upsert_sql(entries_table, "trigger_id")
 _UPSERT_RUN = _upsert_sql(runs_table, "run_id")
 _INSERT_OUTBOX = (
     "INSERT INTO outbox (dataset, record_id, fields, unset, created_at, attempts, last_error, "
-    "set_aside_at, not_before) VALUES (?, ?, ?, ?, ?, 0, NULL, NULL, ?)"
+    "set_aside_at, not_before, if_version) VALUES (?, ?, ?, ?, ?, 0, NULL, NULL, ?, ?)"
 )
 _PENDING_OUTBOX = (
-    "SELECT seq, dataset, record_id, fields, unset, attempts FROM outbox "
+    "SELECT seq, dataset, record_id, fields, unset, attempts, if_version FROM outbox "
     "WHERE set_aside_at IS NULL ORDER BY seq LIMIT ?"
 )
 _DUE_OUTBOX = (
-    "SELECT seq, dataset, record_id, fields, unset, attempts FROM outbox "
+    "SELECT seq, dataset, record_id, fields, unset, attempts, if_version FROM outbox "
     "WHERE set_aside_at IS NULL AND (not_before IS NULL OR not_before <= ?) "
     "ORDER BY seq LIMIT ?"
 )
@@ -589,8 +592,11 @@ def _write_batch(conn: Connection, batch: Batch, now: float) -> None:
         conn.exec_driver_sql(
             _INSERT_OUTBOX,
             [
-                *((d, i, _dumps(f), _dumps(list(u)), now, None) for d, i, f, u in batch.outbox),
-                *((d, i, _dumps(f), _dumps(list(u)), now, t) for d, i, f, u, t in batch.held),
+                *(
+                    (d, i, _dumps(f), _dumps(list(u)), now, None, v)
+                    for d, i, f, u, v in batch.outbox
+                ),
+                *((d, i, _dumps(f), _dumps(list(u)), now, t, None) for d, i, f, u, t in batch.held),
             ],
         )
     if batch.meta:

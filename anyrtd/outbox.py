@@ -40,8 +40,18 @@ class DrainResult:
     """(dataset, record id, version) of every write the server took."""
     set_aside: int = 0
     """Writes the server can never take, kept in the mirror and no longer sent."""
+    lost: list[tuple[str, str]] = field(default_factory=list)
+    """(dataset, record id) of conditional writes the server refused because the record
+    changed since they were made: dropped, as the change supersedes them (a claim met an
+    owner written meanwhile)."""
     error: str | None = None
     """Set when the server could not be reached: the rest stays queued."""
+
+    def trigger_writes(self) -> list[tuple[str, int | None]]:
+        """Return (record id, version) of each trigger write settled: taken at a version, or
+        lost (no version: the record as the server has it stands)."""
+        taken = [(rid, v) for dataset, rid, v in self.acked if dataset == TRIGGERS]
+        return taken + [(rid, None) for dataset, rid in self.lost if dataset == TRIGGERS]
 
 
 def coalesce(items: list[OutboxItem]) -> list[tuple[str, list[OutboxItem]]]:
@@ -57,9 +67,17 @@ def coalesce(items: list[OutboxItem]) -> list[tuple[str, list[OutboxItem]]]:
 
 
 def merge(items: list[OutboxItem]) -> list[Upsert]:
-    """Fold several field writes of one record into one write (later fields win)."""
+    """Fold several field writes of one record into one write (later fields win).
+
+    A record's folded write is conditional on the version of its first conditional item:
+    the items before that one were made against the same version, as nothing of them has
+    reached the server yet.
+    """
     merged: dict[str, tuple[dict[str, Any], list[str]]] = {}
+    versions: dict[str, int] = {}
     for item in items:
+        if item.if_version is not None:
+            versions.setdefault(item.record_id, item.if_version)
         fields, unset = merged.setdefault(item.record_id, ({}, []))
         for key in item.unset:
             fields.pop(key, None)
@@ -69,7 +87,10 @@ def merge(items: list[OutboxItem]) -> list[Upsert]:
             fields[key] = value
             if key in unset:
                 unset.remove(key)
-    return [Upsert(id=rid, fields=f, unset=u) for rid, (f, u) in merged.items()]
+    return [
+        Upsert(id=rid, fields=f, unset=u, if_version=versions.get(rid))
+        for rid, (f, u) in merged.items()
+    ]
 
 
 async def drain(
@@ -86,6 +107,7 @@ async def drain(
     Only a server that cannot be reached stops the drain. A write the server refuses, or
     one the client cannot even send (text that cannot be encoded, say), is set aside: kept
     in the mirror with the reason, counted, and no longer sent, so the writes behind it go.
+    A conditional write refused because its record changed is dropped (`DrainResult.lost`).
     """
     result = DrainResult()
     for _ in range(rounds):
@@ -115,7 +137,9 @@ async def drain(
                 if isinstance(answer, Exception):
                     # A refused (atomic) batch, or one the client could not send: one item is
                     # enough for that, so send one by one to find it.
-                    versions, sent = await _one_by_one(db, client, where, group, result, now)
+                    versions, sent, lost = await _one_by_one(db, client, where, group, result, now)
+                    taken += lost
+                    result.lost.extend((i.dataset, i.record_id) for i in lost)
                 elif isinstance(answer, BaseException):
                     raise answer
                 else:
@@ -144,21 +168,34 @@ async def _one_by_one(
     group: list[OutboxItem],
     result: DrainResult,
     now: Callable[[], float],
-) -> tuple[dict[str, int], list[OutboxItem]]:
+) -> tuple[dict[str, int], list[OutboxItem], list[OutboxItem]]:
     """Send `group` a write at a time; set aside each one that can never go.
 
-    Return the versions and the items the server took; stop at a server that is away
+    Return the versions, the items the server took, and the conditional items it refused
+    because their record changed (`DrainResult.lost`); stop at a server that is away
     (`result.error`).
     """
     versions: dict[str, int] = {}
     sent: list[OutboxItem] = []
+    lost: list[OutboxItem] = []
     for item in group:
         try:
             versions.update(await client.upsert(where, merge([item])))
         except ServerUnavailable as exc:
             result.error = str(exc)
-            return versions, sent
+            return versions, sent, lost
         except Exception as exc:  # a refusal, or a write the client cannot send at all
+            if superseded(item, exc):
+                log.info(
+                    "dropped a write to %s %s made against version %s: the record changed "
+                    "on the server since, and that change stands",
+                    item.dataset,
+                    item.record_id,
+                    item.if_version,
+                    extra={"trigger": item.record_id if item.dataset == TRIGGERS else None},
+                )
+                lost.append(item)
+                continue
             reason = _reason(exc)
             result.set_aside += 1
             log.error(
@@ -172,7 +209,16 @@ async def _one_by_one(
             await db.call(functools.partial(_set_aside, seq=item.seq, error=reason, now=now()))
             continue
         sent.append(item)
-    return versions, sent
+    return versions, sent, lost
+
+
+def superseded(item: OutboxItem, exc: Exception) -> bool:
+    """Tell whether the server refused a conditional write because its record changed."""
+    return (
+        item.if_version is not None
+        and isinstance(exc, ServerError)
+        and exc.code == "version_conflict"
+    )
 
 
 def _reason(exc: Exception) -> str:

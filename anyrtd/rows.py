@@ -5,9 +5,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from anyrtd.vocab import RunStatus
+
+
+class Write(NamedTuple):
+    """A field-level write of one server record, queued for the outbox."""
+
+    dataset: str
+    record_id: str
+    fields: Mapping[str, Any]
+    unset: Sequence[str] = ()
+    if_version: int | None = None
+    """Write only if the server's record is still at this version (a claim: see `apply`);
+    None writes whatever the record is at."""
 
 
 @dataclass(slots=True)
@@ -63,6 +75,8 @@ class OutboxItem:
     fields: Mapping[str, Any]
     unset: Sequence[str]
     attempts: int
+    if_version: int | None = None
+    """Send only if the server's record is still at this version (`Write.if_version`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +100,7 @@ class Batch:
     evict: list[str] = field(default_factory=list)
     tombstones: list[str] = field(default_factory=list)
     runs: list[RunRow] = field(default_factory=list)
-    outbox: list[tuple[str, str, Mapping[str, Any], Sequence[str]]] = field(default_factory=list)
+    outbox: list[Write] = field(default_factory=list)
     held: list[tuple[str, str, Mapping[str, Any], Sequence[str], float]] = field(
         default_factory=list
     )
@@ -115,7 +129,12 @@ class Batch:
         )
 
     def write(
-        self, dataset: str, record_id: str, fields: Mapping[str, Any], unset: Sequence[str] = ()
+        self,
+        dataset: str,
+        record_id: str,
+        fields: Mapping[str, Any],
+        unset: Sequence[str] = (),
+        if_version: int | None = None,
     ) -> None:
         """Queue a field-level write of a server record in the outbox."""
-        self.outbox.append((dataset, record_id, dict(fields), list(unset)))
+        self.outbox.append(Write(dataset, record_id, dict(fields), list(unset), if_version))

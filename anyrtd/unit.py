@@ -132,10 +132,18 @@ class Unit:
         """Queue a finished run's `agent_runs` record for the server."""
         self._batch.write(RUNS, row.run_id, run_record(row))
 
-    def write_trigger(self, rid: str, fields: Mapping[str, Any], unset: Iterable[str] = ()) -> None:
-        """Queue a field-level write of a trigger record and lay it over the cache."""
+    def write_trigger(
+        self,
+        rid: str,
+        fields: Mapping[str, Any],
+        unset: Iterable[str] = (),
+        *,
+        if_version: int | None = None,
+    ) -> None:
+        """Queue a field-level write of a trigger record and lay it over the cache; with
+        `if_version`, the server takes it only if the record is still at that version."""
         unset = list(unset)
-        self._batch.write(TRIGGERS, rid, fields, unset)
+        self._batch.write(TRIGGERS, rid, fields, unset, if_version)
         if self._apart is not None and rid not in self._apart.marks:
             self._apart.marks[rid] = self.records.mark(rid)
         self.records.write(rid, fields, unset)

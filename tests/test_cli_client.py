@@ -226,6 +226,7 @@ def test_edit_changes_only_the_given_fields(cli: Cli) -> None:
         "--arg",
         "text=one",
     )
+    cli.adopted("cli-edit")  # claimed: the daemon writes the record no more
     cli("triggers", "edit", "cli-edit", "--cron", "*/10 * * * *", "--set", 'limits={"timeoutS": 5}')
     record = cli.record("cli-edit")
     assert record is not None

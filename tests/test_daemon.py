@@ -78,6 +78,35 @@ async def test_a_reassigned_trigger_is_claimed_again(h: Node) -> None:
     assert "t" in h.daemon.registry
 
 
+async def test_a_pin_written_while_a_claim_is_on_its_way_stands(h: Node) -> None:
+    await h.put("t", owner="", **cron())
+    await h.tick()  # the claim is queued, not sent yet
+    elsewhere = "12D3KooWSomeoneElse"
+    await h.put("t", owner=elsewhere)  # the user pins it meanwhile
+    result = await h.daemon.drain_outbox()
+    assert result is not None and result.lost == [("triggers", "t")] and result.set_aside == 0
+    record = await h.record("t")
+    assert record["owner"] == elsewhere and "claim" not in record
+    await h.step(5)
+    assert "t" not in h.daemon.registry
+    assert (await h.record("t"))["owner"] == elsewhere
+    await h.step(600)
+    assert await h.runs("t") == []
+
+
+async def test_a_claim_lost_to_another_field_write_is_made_again(h: Node) -> None:
+    await h.put("t", owner="", **cron())
+    await h.tick()
+    await h.put("t", name="renamed")  # still unassigned, at a newer version
+    result = await h.daemon.drain_outbox()
+    assert result is not None and result.lost == [("triggers", "t")]
+    await h.step(5)
+    await h.step(5)
+    assert (await h.record("t"))["owner"] == h.me
+    entry = h.daemon.registry.get("t")
+    assert entry is not None and entry.confirmed
+
+
 async def test_a_deleted_trigger_is_evicted_and_its_id_stays_tombstoned(h: Node) -> None:
     await h.put("t", owner=h.me, **cron())
     await h.step(1)

@@ -167,7 +167,7 @@ async def test_a_fire_that_cannot_be_committed_leaves_no_trace_and_fires_late_on
     batch = stage.mirror.batches[0]  # then the runs' ends
     assert batch.meta == {"cursor": "7"}
     assert sorted(r.trigger_id or "" for r in batch.runs) == ["shot", "tick"]
-    consumption = [f for d, rid, f, _ in batch.outbox if rid == "shot"]
+    consumption = [w.fields for w in batch.outbox if w.record_id == "shot"]
     assert consumption == [{"enabled": False, RollupField.LAST_RUN_AT: T0 + 3.0}]
     assert stage.entry("shot").row.consumed
     assert stage.unit.failing is None and stage.firing.hold_s() == 0.0
