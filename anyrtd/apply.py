@@ -18,7 +18,7 @@ from anyrtd.reconcile import (
     Adopt,
     Confirm,
     Context,
-    EntryView,
+    EntryFacts,
     Evict,
     Mark,
     Refresh,
@@ -119,13 +119,9 @@ class Apply:
 
     def reconcile(self, ids: Iterable[str], now: float, verdict: str, peer_id: str) -> None:
         """Reconcile `ids` and apply the plan."""
-        views = {
-            rid: EntryView(
-                e.row.fingerprint, e.row.enabled, e.row.marker, e.row.claimed_at, e.row.consumed
-            )
-            for rid in ids
-            if (e := self.registry.get(rid)) is not None
-        }
+        # The rows themselves, not copies: the plan is made before any action changes one.
+        entries = self.registry.entries
+        views: dict[str, EntryFacts] = {rid: entries[rid].row for rid in ids if rid in entries}
         fence = self.fence
         ctx = Context(
             peer_id=peer_id,
