@@ -9,6 +9,7 @@ the daemon hands the feed's pages to the event routing itself.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import os
@@ -104,12 +105,18 @@ class Sync:
     async def load(self, db: AsyncMirror) -> None:
         """Fill the record cache from the mirror: the records' texts, then this device's own
         trigger writes still queued in the outbox, laid over them."""
-        after = ""
-        while page := await db.call(functools.partial(Mirror.record_texts, after=after)):
-            # A page at a time: the texts of 100,000 records never sit in memory together.
-            for _, text in page:
-                self.records.load(text)
-            after = page[-1][0]
+        ahead = asyncio.create_task(db.call(Mirror.record_texts))
+        try:
+            while page := await ahead:
+                # A page at a time: the texts of 100,000 records never sit in memory
+                # together. The mirror's thread reads the next page while this one is parsed.
+                ahead = asyncio.create_task(
+                    db.call(functools.partial(Mirror.record_texts, after=page[-1][0]))
+                )
+                await asyncio.sleep(0)  # let the read start
+                self.records.load_many([text for _, text in page])
+        finally:
+            ahead.cancel()  # done unless the parse failed
         for item in await db.call(lambda m: m.outbox_pending(1_000_000)):
             if item.dataset == TRIGGERS:
                 self.records.write(item.record_id, item.fields, item.unset)
