@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
 from anyrtd.claims import Fence
+from anyrtd.heap import collector_held
 from anyrtd.metrics import Stats
 from anyrtd.model import TriggerDef, health_marker
 from anyrtd.reconcile import (
@@ -66,6 +67,7 @@ class Apply:
         """Claimed entries waiting for their stamp to come back: reconciled every tick."""
         self._malformed_logged: dict[str, int | None] = {}
 
+    @collector_held()  # 100,000 entries at start: anyrtd/heap.py
     def restore(
         self, rows: Iterable[EntryRow], now: float, last_fired: Mapping[str, float] = {}
     ) -> None:
@@ -117,6 +119,7 @@ class Apply:
             if defn.kind == Kind.CRON and (at := last_fired.get(defn.id)) is not None:
                 self.registry.last_fired[defn.id] = at
 
+    @collector_held()  # every id after a restart or a new verdict: anyrtd/heap.py
     def reconcile(self, ids: Iterable[str], now: float, verdict: str, peer_id: str) -> None:
         """Reconcile `ids` and apply the plan."""
         # The rows themselves, not copies: the plan is made before any action changes one.

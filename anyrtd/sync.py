@@ -19,6 +19,7 @@ from typing import Any
 
 from anyrtd.claims import Fence
 from anyrtd.client import Change, ChangePage, Record, ServerClient, ServerError, ServerUnavailable
+from anyrtd.heap import collector_held
 from anyrtd.metrics import Stats
 from anyrtd.mirror import AsyncMirror, Mirror
 from anyrtd.outbox import TRIGGERS
@@ -114,7 +115,8 @@ class Sync:
                     db.call(functools.partial(Mirror.record_texts, after=page[-1][0]))
                 )
                 await asyncio.sleep(0)  # let the read start
-                self.records.load_many([text for _, text in page])
+                with collector_held():  # the cache outlives the start: see anyrtd/heap.py
+                    self.records.load_many([text for _, text in page])
         finally:
             ahead.cancel()  # done unless the parse failed
         for item in await db.call(lambda m: m.outbox_pending(1_000_000)):
@@ -272,6 +274,7 @@ class Sync:
         """True when changes are buffered that a tick has not applied yet."""
         return bool(self._buffer)
 
+    @collector_held()  # a full read of 100,000 records: anyrtd/heap.py
     def apply_buffered(self, changes: int | None = None) -> set[str]:
         """Apply what was read since the last tick, in the order it was read, but at most
         `changes` feed changes (None: all; a full read is always applied whole); return
