@@ -468,3 +468,16 @@ def test_the_fingerprint_is_the_blake2b_of_the_sorted_compact_json_of_the_core(
         )
         == expected.hexdigest()
     )
+
+
+@pytest.mark.parametrize("every", [60, 60.0, 0.5, 0, -5, 10**400, True, "60", None, 1e300])
+def test_an_every_s_schedule_shared_by_period_is_the_one_its_spec_compiles_to(
+    every: Any,
+) -> None:
+    from anyrtd.schedule import compile_schedule
+
+    spec = {"every_s": every}
+    first = parsed({"id": "a", "kind": "cron", "spec": spec, "program": "p"}).schedule
+    again = parsed({"id": "b", "kind": "cron", "spec": dict(spec), "program": "p"}).schedule
+    assert first == again == compile_schedule("cron", spec)
+    assert type(first) is type(compile_schedule("cron", spec))
