@@ -278,9 +278,50 @@ async def test_each_prepared_start_is_journaled_before_it_and_the_journal_emptie
     # The once's id was in the journal when its program started.
     assert run_id in seen[0]
     # Once the start is noted in the mirror, the journal is emptied.
-    await asyncio.gather(*stage.timer._noting)
+    await stage.timer.wait_noted()
     assert stage.sql(f"SELECT prepared_for FROM runs WHERE run_id = '{run_id}'") == [(None,)]
     assert journal.read() == set() and journal.written == 0
+
+
+async def test_the_batches_started_within_the_note_wait_are_noted_in_one_commit(
+    stage: Stage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await stage.timer.discard_prepared([], [], {}, T0)
+    journal = stage.firing.journal
+    assert journal is not None
+    later = record("later", kind="once", spec={"at": AT + 0.05})
+    stage.adopt(ONCE, later)
+    stage.clock.set(AT - 0.5)
+    await stage.timer.prepare(AT, stage.clock.now())
+    await stage.timer.prepare(AT + 0.05, stage.clock.now())
+    release = asyncio.Event()
+    started = stage.runner.start
+
+    def held_start(req: RunRequest, on_start: Callable[[float], None] | None = None) -> Any:
+        done = started(req, on_start)
+
+        async def ended() -> RunOutcome:
+            await release.wait()
+            return await done
+
+        return ended()
+
+    monkeypatch.setattr(stage.runner, "start", held_start)
+    commits: list[int] = []
+    commit = stage.db.mirror.commit
+    monkeypatch.setattr(
+        stage.db.mirror, "commit", lambda batch, now: (commits.append(1), commit(batch, now))
+    )
+    stage.clock.set(AT)
+    assert len(await stage.timer.fire_now(AT)) == 1
+    stage.clock.set(AT + 0.05)
+    assert len(await stage.timer.fire_now(AT + 0.05)) == 1
+    assert journal.written == 2 and commits == []  # nothing written between the starts
+    await stage.timer.wait_noted()
+    assert len(commits) == 1  # both batches' notes in one transaction
+    assert stage.sql("SELECT prepared_for FROM runs") == [(None,), (None,)]
+    assert journal.read() == set()
+    release.set()
 
 
 async def test_a_prepared_run_in_the_start_journal_is_closed_as_interrupted_not_refired(
