@@ -157,8 +157,15 @@ class Timer:
         started: list[str] = []
         while self.prepared and self.prepared[0].due <= now:
             started += await self.start(self.prepared[0])
+        self.firing.watch_clock()
         device, verdict = self.identity()
-        return started + await self.firing.fire_due(now, device, verdict)
+        prepared = await self.firing.prepare_batch(now, now, device, verdict)
+        if prepared is None or not prepared[0]:
+            return started
+        starts, undo = prepared
+        late = Prepared(now, {s[0].id: s for s in starts}, undo)
+        self.prepared.insert(0, late)
+        return started + await self.start(late)
 
     async def prepare(self, due: float, now: float) -> None:
         """Prepare the batch due at `due` ahead of it, and keep it for its start.
@@ -206,7 +213,7 @@ class Timer:
             if verdict == Verdict.PRUNED or self.registry.get(tid) is not entry:
                 dropped.append(row)  # evicted meanwhile without a cancel: not ours to run
             elif entry.defn.kind == Kind.CRON and entry.running:
-                self.firing.overlap_skipped(entry, batch.due)
+                self.firing.overlap_skipped(entry, row.scheduled_at or batch.due)
                 dropped.append(row)
             else:
                 starts.append(start)
@@ -214,7 +221,7 @@ class Timer:
         try:
             self.firing.start_batch(starts)
             await self.firing.started(starts)
-            self.firing.note_started(starts, dropped, batch.due)
+            self.firing.note_started(starts, dropped)
         finally:
             self._starting = False
         self._note_due = True
@@ -264,8 +271,8 @@ class Timer:
                 continue
             entry, row, _ = start
             self.firing.unit.drop_run(row.run_id)
-            if entry.defn.kind == Kind.ONCE:
-                self.firing.unit.drop_held(trigger_id, batch.due)
+            if entry.defn.kind == Kind.ONCE and row.prepared_for is not None:
+                self.firing.unit.drop_held(trigger_id, row.prepared_for)
             batch.undo.take_back_one(trigger_id, self.registry)
             self.firing.unit.save(entry.row)
             self.firing.stats.fires -= 1
@@ -343,6 +350,8 @@ class Timer:
                 iso_time(row.prepared_for),
                 extra={"trigger": tid, "run": row.run_id},
             )
+        # What is held now belongs to runs that may have started: their writes may leave.
+        self.firing.unit.release_all_held()
         await self.firing.unit.commit(now)
         return rest
 
