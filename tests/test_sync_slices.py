@@ -1,6 +1,6 @@
 """A burst of feed changes is applied in slices of `TICK_CHANGES`, in the order read, so a
 tick never holds the event loop (and the timer) for the whole burst; a full read is
-applied whole."""
+applied whole, and as a safety net it comes less often for a large record set."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from anyrtd.client import Change, ServerClient
 from anyrtd.metrics import Stats
 from anyrtd.model import TriggerDef
 from anyrtd.records import RecordCache
-from anyrtd.sync import Sync
+from anyrtd.sync import RESYNC_S_PER_RECORD, Sync
 from anyrtd.unit import Unit
 
 
@@ -49,3 +49,17 @@ def test_a_full_read_is_applied_whole_with_the_changes_before_it() -> None:
     assert "early" in touched and len([t for t in touched if t.startswith("r")]) == 300
     assert sync.pending  # the change after the full read waits for the next slice
     assert sync.apply_buffered(1) == {"late"}
+
+
+def test_the_safety_net_full_read_comes_less_often_for_a_large_record_set() -> None:
+    sync, records = stage()
+    sync._last_full = 1000.0
+    assert sync.resync_every(300.0) == 300.0  # no records: the configured period
+    for n in range(10_000):
+        records.put({"id": f"t{n:05d}", "_v": 1, **fields()})
+    assert sync.resync_every(300.0) == 10_000 * RESYNC_S_PER_RECORD == 600.0
+    assert sync.resync_every(900.0) == 900.0  # a longer configured period stands
+    assert not sync.full_read_due(1000.0 + 599.0, 300.0)
+    assert sync.full_read_due(1000.0 + 600.0, 300.0)
+    sync.feed_available = False  # without a change feed: every step, whatever the count
+    assert sync.full_read_due(1000.0 + 1.0, 300.0)
