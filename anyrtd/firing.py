@@ -237,31 +237,15 @@ class Firing:
         )
         return step
 
-    async def fire_due(self, now: float, device: str | None, verdict: str) -> list[str]:
-        """Fire every entry due at or before `now`; return the run ids started.
-
-        The batch's runs are prepared and committed together, then every program is started
-        before anything else is done for any of them (`start_batch`). When the commit
-        fails, nothing of the batch happened: its entries are due again, tried after
-        `hold_s`.
-        """
-        self.watch_clock()
-        prepared = await self.prepare_batch(now, now, device, verdict)
-        if prepared is None:
-            return []
-        starts, _ = prepared
-        self.start_batch(starts)
-        await self.started(starts)
-        return [row.run_id for _, row, _ in starts]
-
     async def prepare_batch(
         self, due: float, now: float, device: str | None, verdict: str
     ) -> tuple[list[Start], Undo] | None:
         """Prepare every entry due at or before `due` and commit the batch in one
         transaction; return its runs and what takes them back (None: nothing due, or the
-        commit failed and the batch was taken back). A batch due after `now` is prepared
-        ahead: its runs wait for `due` (`RunRow.prepared_for`), a `once`'s consumption is held
-        in the outbox until then, and nothing is laid over the cache yet.
+        commit failed and the batch was taken back). Its runs wait for their start
+        (`RunRow.prepared_for`: `due`, or `now` for a batch already late), a `once`'s
+        consumption is held in the outbox until the start is noted, and nothing is laid over
+        the cache yet (`Timer.start`, `note_started`).
 
         The garbage collector waits while a batch is prepared: a full collection in the
         middle of a burst would hold up every program after it.
@@ -270,12 +254,11 @@ class Firing:
         if not popped:
             return None
         undo = Undo.of([entry for entry, _ in popped], self.registry)
-        ahead = due > now
         with _collector_held(), self.unit.apart() as apart:
             starts = [
                 s
                 for entry, at in popped
-                if (s := self.prepare(entry, at, now, device, verdict, ahead=ahead)) is not None
+                if (s := self.prepare(entry, at, now, device, verdict, ahead=True)) is not None
             ]
         if not await self._made_durable(apart, now, undo, len(starts)):
             return None
@@ -399,9 +382,11 @@ class Firing:
         """Queue the run of `entry` due at `due` (None: by hand) in the unit of work; re-arm
         a cron, consume a once. Return None when it does not run.
 
-        `ahead`: prepared before its due time, the run waits for it. A cron's overlap is
-        then judged when it starts; a `once` is consumed in the mirror and in a write held
-        until `due`, while the entry in memory stays unconsumed until the start.
+        `ahead`: prepared in a batch (`prepare_batch`), the run waits for its start, at its
+        due time or at once when late (`prepared_for`: the later of `due` and `now`). A
+        cron's overlap is then judged when it starts; a `once` is consumed in the mirror and
+        in a write held until its start is noted, while the entry in memory stays
+        unconsumed until the start.
         """
         defn = entry.defn
         assert device is not None
@@ -428,13 +413,14 @@ class Firing:
                     )
                     return None
             elif defn.kind == Kind.ONCE and ahead:
-                # Consumed durably before the due time, and on the server only from then on
-                # (a cancel before it takes both back).
+                # Consumed durably before the start, and on the server only once the start
+                # is noted (a cancel before it takes both back; a crash before it is told
+                # by the start journal).
                 entry.row.next_fire = None
                 self.unit.save(
                     dataclasses.replace(entry.row, consumed=True, enabled=False, next_fire=None)
                 )
-                self.unit.hold_trigger(defn.id, consumption(due), due)
+                self.unit.hold_trigger(defn.id, consumption(max(due, now)), max(due, now))
             elif defn.kind == Kind.ONCE:
                 # Consumed durably before the program starts: a crash never fires it twice.
                 entry.row.consumed = True
@@ -449,8 +435,8 @@ class Firing:
             program=defn.program,
             device=device,
             scheduled_at=due,
-            started_at=due if ahead and due is not None else now,
-            prepared_for=due if ahead else None,
+            started_at=max(due, now) if ahead and due is not None else now,
+            prepared_for=max(due, now) if ahead and due is not None else None,
         )
         self.unit.save_run(row)
         return entry, row, dict(defn.args)
@@ -466,20 +452,21 @@ class Firing:
             extra={"trigger": entry.id},
         )
 
-    def note_started(self, starts: list[Start], dropped: list[RunRow], due: float) -> None:
-        """Note in the unit of work the runs of a batch prepared ahead that started (their
-        real `startedAt`, no longer waiting; a `once` consumed, laid over the cache as the
-        write held until now leaves) and drop those that did not."""
+    def note_started(self, starts: list[Start], dropped: list[RunRow]) -> None:
+        """Note in the unit of work the runs of a prepared batch that started (their real
+        `startedAt`, no longer waiting; a `once` consumed: its held write released, and laid
+        over the cache) and drop those that did not."""
         for entry, row, _ in starts:
-            row.prepared_for = None
+            held, row.prepared_for = row.prepared_for, None
             self.unit.save_run(row)
-            if entry.defn.kind == Kind.ONCE:
+            if entry.defn.kind == Kind.ONCE and held is not None:
                 entry.row.consumed, entry.row.enabled, entry.row.next_fire = True, False, None
-                self.records.write(entry.id, consumption(due))
+                self.unit.release_held(entry.id, held)
+                self.records.write(entry.id, consumption(held))
         for row in dropped:
             self.unit.drop_run(row.run_id)
-            if row.trigger_id is not None:
-                self.unit.drop_held(row.trigger_id, due)
+            if row.trigger_id is not None and row.prepared_for is not None:
+                self.unit.drop_held(row.trigger_id, row.prepared_for)
             self.stats.fires -= 1
 
     def spawn(self, entry: Entry, row: RunRow, args: dict[str, Any]) -> asyncio.Task[None]:

@@ -146,7 +146,7 @@ outbox_table = Table(
     Column("attempts", Integer, nullable=False, server_default="0"),
     Column("last_error", Text),
     Column("set_aside_at", Float),
-    Column("not_before", Float),
+    Column("not_before", Float),  # held for the fire due then (`Batch.held`); NULL: to send
     Column("if_version", Integer),
 )
 tombstones_table = Table(
@@ -418,9 +418,9 @@ class Mirror:
         with self.engine.connect() as conn:
             return {str(s): int(n) for s, n in conn.execute(q)}
 
-    def outbox_pending(self, limit: int = 500, due_by: float | None = None) -> list[OutboxItem]:
+    def outbox_pending(self, limit: int = 500) -> list[OutboxItem]:
         """Return the oldest writes still to send, in order; set-aside ones are not sent, nor
-        (given `due_by`, the time now) those held until a later time.
+        those held for a fire that has not started (`Batch.held`).
 
         A row whose stored text no longer decodes (a damaged mirror) is set aside here, so
         that it cannot stop the writes behind it.
@@ -428,10 +428,7 @@ class Mirror:
         items: list[OutboxItem] = []
         undecodable: list[int] = []
         with self.engine.connect() as conn:
-            if due_by is None:
-                rows = conn.exec_driver_sql(_PENDING_OUTBOX, (limit,))
-            else:
-                rows = conn.exec_driver_sql(_DUE_OUTBOX, (due_by, limit))
+            rows = conn.exec_driver_sql(_PENDING_OUTBOX, (limit,))
             for seq, dataset, record_id, fields_text, unset_text, attempts, if_version in rows:
                 try:
                     fields_, unset = json.loads(fields_text), json.loads(unset_text)
@@ -556,12 +553,7 @@ _INSERT_OUTBOX = (
 )
 _PENDING_OUTBOX = (
     "SELECT seq, dataset, record_id, fields, unset, attempts, if_version FROM outbox "
-    "WHERE set_aside_at IS NULL ORDER BY seq LIMIT ?"
-)
-_DUE_OUTBOX = (
-    "SELECT seq, dataset, record_id, fields, unset, attempts, if_version FROM outbox "
-    "WHERE set_aside_at IS NULL AND (not_before IS NULL OR not_before <= ?) "
-    "ORDER BY seq LIMIT ?"
+    "WHERE set_aside_at IS NULL AND not_before IS NULL ORDER BY seq LIMIT ?"
 )
 _INSERT_TOMBSTONE = (
     "INSERT INTO tombstones (id, deleted_at) VALUES (?, ?) ON CONFLICT (id) DO NOTHING"
@@ -587,8 +579,8 @@ def _write_batch(conn: Connection, batch: Batch, now: float) -> None:
         conn.exec_driver_sql(_UPSERT_RUN, [_run_values(r) for r in batch.runs])
     for chunk in _chunks(batch.drop_runs, 500):
         conn.execute(delete(runs_table).where(runs_table.c.run_id.in_(chunk)))
+    c = outbox_table.c
     for rid, held_until in batch.drop_held:
-        c = outbox_table.c
         conn.execute(delete(outbox_table).where(c.record_id == rid, c.not_before == held_until))
     if batch.outbox or batch.held:
         conn.exec_driver_sql(
@@ -601,6 +593,16 @@ def _write_batch(conn: Connection, batch: Batch, now: float) -> None:
                 *((d, i, _dumps(f), _dumps(list(u)), now, t, None) for d, i, f, u, t in batch.held),
             ],
         )
+    # After the inserts: a held write and its release may come in one batch.
+    by_due: dict[float, list[str]] = {}
+    for rid, due in batch.release_held:
+        by_due.setdefault(due, []).append(rid)
+    for due, rids in by_due.items():
+        for chunk in _chunks(rids, 500):
+            held = (c.not_before == due) & c.record_id.in_(chunk)
+            conn.execute(update(outbox_table).where(held).values(not_before=None))
+    if batch.release_all_held:
+        conn.execute(update(outbox_table).where(c.not_before.is_not(None)).values(not_before=None))
     if batch.meta:
         conn.exec_driver_sql(_UPSERT_META, list(batch.meta.items()))
 

@@ -112,7 +112,7 @@ async def drain(
     result = DrainResult()
     for _ in range(rounds):
         queued = db.mirror.outbox_queued
-        items = await db.call(lambda m: m.outbox_pending(batch, due_by=now()))
+        items = await db.call(lambda m: m.outbox_pending(batch))
         if not items:
             return result
         located = [(locate(dataset), group) for dataset, group in coalesce(items)]

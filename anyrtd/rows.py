@@ -104,11 +104,16 @@ class Batch:
     held: list[tuple[str, str, Mapping[str, Any], Sequence[str], float]] = field(
         default_factory=list
     )
-    """Writes owed to the server that must not leave before a time (a prepared fire's)."""
+    """Writes owed to the server that wait for a fire's start (a prepared `once`'s
+    consumption), keyed by the fire's due time: sent only once released."""
     drop_runs: list[str] = field(default_factory=list)
     """Runs prepared ahead and cancelled, or found never started: their rows go."""
     drop_held: list[tuple[str, float]] = field(default_factory=list)
-    """(record id, held until) of held writes taken back with their fire."""
+    """(record id, due time) of held writes taken back with their fire."""
+    release_held: list[tuple[str, float]] = field(default_factory=list)
+    """(record id, due time) of held writes whose fire started: the drain sends them."""
+    release_all_held: bool = False
+    """Release every held write left (at open, once the prepared runs are settled)."""
     meta: dict[str, str] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
@@ -124,6 +129,8 @@ class Batch:
                 self.held,
                 self.drop_runs,
                 self.drop_held,
+                self.release_held,
+                self.release_all_held,
                 self.meta,
             )
         )

@@ -30,6 +30,11 @@ from anyrtd.vocab import Verdict, is_stamp, stamp
 
 log = logging.getLogger("anyrtd.daemon")
 
+RESYNC_S_PER_RECORD = 0.06
+"""The safety net's full read comes at most every this many seconds per record: about
+6.5 µs of CPU a record (decoding, comparing), so about 0.1 ms/s spread over its period
+whatever the count (10,000 records: every 600 s; 100,000: every 6,000 s)."""
+
 FULL_READ_PAGE = 5000
 """Records per page of a full read: a request costs the daemon more CPU than a thousand of
 the records in it, and the server answers up to 10,000 (docs/server-api.md)."""
@@ -182,13 +187,20 @@ class Sync:
         """
         if self._last_full is None and self._resumed and self.feed_available:
             self._resumed = False
-            self._last_full = now - full_resync_s + min(FIRST_FULL_AFTER_S, full_resync_s)
+            period = self.resync_every(full_resync_s)
+            self._last_full = now - period + min(FIRST_FULL_AFTER_S, period)
             return False
         return (
             self._last_full is None
             or not self.feed_available
-            or now - self._last_full >= full_resync_s
+            or now - self._last_full >= self.resync_every(full_resync_s)
         )
+
+    def resync_every(self, full_resync_s: float) -> float:
+        """Return the period of the safety net's full read: `full_resync_s`, or longer for
+        a large record set, so that its cost spread over its period does not grow with the
+        number of records (docs/architecture.md, "The loops")."""
+        return max(full_resync_s, len(self.records) * RESYNC_S_PER_RECORD)
 
     async def full_read(self, now: float) -> None:
         """Read every trigger record (deleted ones too) into the buffer."""

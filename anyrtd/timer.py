@@ -6,7 +6,8 @@ one transaction (`Firing.prepare_batch`: run rows, cron re-arms, a `once`'s cons
 held in the outbox until the due time), sleeps until the due time and then starts every
 program of the batch with no disk or network work before the starts. The starts are
 noted in the mirror afterwards (the runs' `prepared_for` cleared, their real `startedAt`),
-and the held writes are released to the outbox drain.
+in the next commit or at most `NOTE_WAIT_S` later, and the held writes are released to the
+outbox drain.
 
 Just before each program of such a batch starts, its run id is written to the start
 journal beside the mirror (`firing.StartJournal`): a restart after a crash tells by it a
@@ -48,6 +49,10 @@ IDLE_WAKE_S = 60.0
 LEAD_MIN_S = 0.05
 LEAD_MAX_S = 2.0
 """A batch is prepared at least 50 ms and at most 2 s ahead of its due time."""
+NOTE_WAIT_S = 0.2
+"""How long the notes of started batches wait before their own commit: another commit (the
+runs' ends, the next prepare) usually carries them first, and the batches started meanwhile
+share one. The start journal covers the wait."""
 LEAD_FACTOR = 3.0
 """The lead is this many times the batch's expected prepare and commit time (a margin for
 a busy machine), plus `LEAD_MIN_S`."""
@@ -107,7 +112,11 @@ class Timer:
         self.lead = Lead()
         self.prepared: list[Prepared] = []
         """Batches prepared ahead, by due time."""
-        self._noting: set[asyncio.Task[None]] = set()
+        self._noter: asyncio.Task[None] | None = None
+        self._note_due = False
+        """A batch started since the noter last took the notes."""
+        self._note_now = asyncio.Event()
+        """Set to cut the noter's wait short (the daemon stops)."""
         self._starting = False
         self._preparing: asyncio.Future[None] | None = None
         firing.on_clock_step = lambda: self.cancel_all("the wall clock stepped back")
@@ -148,8 +157,15 @@ class Timer:
         started: list[str] = []
         while self.prepared and self.prepared[0].due <= now:
             started += await self.start(self.prepared[0])
+        self.firing.watch_clock()
         device, verdict = self.identity()
-        return started + await self.firing.fire_due(now, device, verdict)
+        prepared = await self.firing.prepare_batch(now, now, device, verdict)
+        if prepared is None or not prepared[0]:
+            return started
+        starts, undo = prepared
+        late = Prepared(now, {s[0].id: s for s in starts}, undo)
+        self.prepared.insert(0, late)
+        return started + await self.start(late)
 
     async def prepare(self, due: float, now: float) -> None:
         """Prepare the batch due at `due` ahead of it, and keep it for its start.
@@ -164,6 +180,10 @@ class Timer:
         if self._preparing is not None:
             with contextlib.suppress(Exception):
                 await self._preparing
+        if self._noter is not None:
+            self._note_now.set()
+            with contextlib.suppress(Exception):
+                await self._noter
         self.cancel_all(why)
         if self.firing.journal is not None:
             self.firing.journal.close()
@@ -193,7 +213,7 @@ class Timer:
             if verdict == Verdict.PRUNED or self.registry.get(tid) is not entry:
                 dropped.append(row)  # evicted meanwhile without a cancel: not ours to run
             elif entry.defn.kind == Kind.CRON and entry.running:
-                self.firing.overlap_skipped(entry, batch.due)
+                self.firing.overlap_skipped(entry, row.scheduled_at or batch.due)
                 dropped.append(row)
             else:
                 starts.append(start)
@@ -201,19 +221,33 @@ class Timer:
         try:
             self.firing.start_batch(starts)
             await self.firing.started(starts)
-            self.firing.note_started(starts, dropped, batch.due)
+            self.firing.note_started(starts, dropped)
         finally:
             self._starting = False
-        task = asyncio.create_task(self._note_starts(), name="anyrtd-fire-note")
-        self._noting.add(task)
-        task.add_done_callback(self._noting.discard)
+        self._note_due = True
+        if self._noter is None or self._noter.done():
+            self._noter = asyncio.create_task(self._note_starts(), name="anyrtd-fire-note")
         return [row.run_id for _, row, _ in starts]
 
+    async def wait_noted(self) -> None:
+        """Return once the starts so far are noted in the mirror (or their commit failed)."""
+        if self._noter is not None:
+            await asyncio.shield(self._noter)
+
     async def _note_starts(self) -> None:
-        """Commit the notes of the starts (off the timer's path), then release the held
-        writes to the drain. The start journal is emptied when every id in it belongs to a
-        start this commit (or an earlier one) noted: none was written during the commit,
-        and no batch was between its starts and their notes when it began."""
+        """Commit the notes of the batches started (off the timer's path, `NOTE_WAIT_S`
+        after a start, one commit for the batches started meanwhile), then release the held
+        writes to the drain; again while batches start during it."""
+        while self._note_due:
+            self._note_due = False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._note_now.wait(), timeout=NOTE_WAIT_S)
+            await self._note_once()
+
+    async def _note_once(self) -> None:
+        """Commit the notes pending. The start journal is emptied when every id in it
+        belongs to a start this commit (or an earlier one) noted: none was written during
+        the commit, and no batch was between its starts and their notes when it began."""
         journal = self.firing.journal
         written = None if journal is None or self._starting else journal.written
         try:
@@ -237,8 +271,8 @@ class Timer:
                 continue
             entry, row, _ = start
             self.firing.unit.drop_run(row.run_id)
-            if entry.defn.kind == Kind.ONCE:
-                self.firing.unit.drop_held(trigger_id, batch.due)
+            if entry.defn.kind == Kind.ONCE and row.prepared_for is not None:
+                self.firing.unit.drop_held(trigger_id, row.prepared_for)
             batch.undo.take_back_one(trigger_id, self.registry)
             self.firing.unit.save(entry.row)
             self.firing.stats.fires -= 1
@@ -316,6 +350,8 @@ class Timer:
                 iso_time(row.prepared_for),
                 extra={"trigger": tid, "run": row.run_id},
             )
+        # What is held now belongs to runs that may have started: their writes may leave.
+        self.firing.unit.release_all_held()
         await self.firing.unit.commit(now)
         return rest
 

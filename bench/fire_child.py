@@ -129,7 +129,7 @@ class AnyrtdUnderTest:
             return {
                 "cpu_s": time.process_time() - c0,
                 "wall_s": time.perf_counter() - t0,
-                "every_s": self.daemon.config.full_resync_s,
+                "every_s": self.daemon.sync_stage.resync_every(self.daemon.config.full_resync_s),
             }
         raise ValueError(f"anyrtd takes its triggers from the server, not {cmd['op']!r}")
 

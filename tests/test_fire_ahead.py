@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
@@ -124,8 +125,13 @@ class Stage:
         finally:
             conn.close()
 
-    async def held(self, due_by: float) -> list[tuple[str, dict[str, Any]]]:
-        items = await self.db.call(lambda m: m.outbox_pending(500, due_by=due_by))
+    def outbox(self) -> list[tuple[str, dict[str, Any], float | None]]:
+        """Every write in the outbox: record id, fields, and the due time it is held for."""
+        rows = self.sql("SELECT record_id, fields, not_before FROM outbox ORDER BY seq")
+        return [(rid, json.loads(fields), held) for rid, fields, held in rows]
+
+    async def sendable(self) -> list[tuple[str, dict[str, Any]]]:
+        items = await self.db.call(lambda m: m.outbox_pending(500))
         return [(i.record_id, dict(i.fields)) for i in items]
 
 
@@ -155,8 +161,8 @@ async def test_a_batch_is_durable_before_its_due_time_and_starts_with_no_write_b
     ]
     assert stage.sql("SELECT consumed FROM entries WHERE trigger_id = 'shot'") == [(1,)]
     assert await stage.db.call(lambda m: m.runs()) == []  # not started: not listed yet
-    assert await stage.held(AT - 0.01) == []
-    assert await stage.held(AT) == [("shot", {"enabled": False, "lastRunAt": AT})]
+    assert stage.outbox() == [("shot", {"enabled": False, "lastRunAt": AT}, AT)]
+    assert await stage.sendable() == []  # held until the start is noted
     assert stage.runner.started == {}
     defn = stage.records.parsed["shot"]
     assert isinstance(defn, TriggerDef) and defn.rollup.last_run_at is None
@@ -174,6 +180,7 @@ async def test_a_batch_is_durable_before_its_due_time_and_starts_with_no_write_b
     defn = stage.records.parsed["shot"]
     assert isinstance(defn, TriggerDef) and defn.rollup.last_run_at == AT
     assert stage.entry("shot").row.consumed
+    assert ("shot", {"enabled": False, "lastRunAt": AT}) in await stage.sendable()  # released
     assert await stage.timer.fire_now(stage.clock.now()) == []
 
 
@@ -203,7 +210,7 @@ async def test_a_change_before_the_due_time_cancels_the_prepared_run(
 
     # The once's run and its held consumption are gone; the cron's prepared run stays.
     assert stage.sql("SELECT trigger_id FROM runs") == [("tick",)]
-    assert await stage.held(AT + 3600) == []
+    assert stage.outbox() == []
     stage.clock.set(AT)
     started = await stage.timer.fire_now(AT)
     assert list(stage.runner.started) == ["tick"] and len(started) == 1
@@ -222,7 +229,7 @@ async def test_stopping_cancels_what_is_prepared_and_puts_the_entries_back(stage
     stage.timer.cancel_all("the daemon stops")
     await stage.unit.commit(stage.clock.now())
     assert stage.sql("SELECT * FROM runs") == []
-    assert await stage.held(AT + 3600) == []
+    assert stage.outbox() == []
     assert stage.sql("SELECT trigger_id, consumed, next_fire FROM entries ORDER BY 1") == [
         ("shot", 0, AT),
         ("tick", 0, cron_due),
@@ -251,13 +258,55 @@ async def test_runs_a_crash_left_prepared_are_discarded_and_the_once_fires_late(
     fresh.apply.restore(snap.entries, now, snap.last_fired)
     await fresh.unit.commit(now)
     assert stage.sql("SELECT * FROM runs") == []
-    assert await stage.held(now) == []
+    assert stage.outbox() == []
     # The once is due again (late); the cron's occurrence at AT is a missed one.
     assert fresh.entry("shot").row.next_fire == AT and not fresh.entry("shot").row.consumed
     assert (fresh.entry("tick").row.next_fire or 0) > now
     fresh.clock.set(now)
     assert len(await fresh.timer.fire_now(now)) == 1
     assert list(fresh.runner.started) == ["shot"]
+    await fresh.firing.wait_idle()
+
+
+@pytest.mark.parametrize("began", [False, True], ids=["before-its-start", "as-it-started"])
+async def test_a_late_once_killed_between_its_commit_and_its_start_fires_late_not_lost(
+    stage: Stage, began: bool
+) -> None:
+    """A batch already late (due before the timer came to it: a busy or starting daemon) is
+    prepared and started like one prepared ahead, so a kill between its commit and its
+    start is told apart by the start journal too: a once that never began fires again."""
+    await stage.timer.discard_prepared([], [], {}, T0)
+    stage.adopt(ONCE)
+    late = AT + 30.0
+    stage.clock.set(late)
+    prepared = await stage.firing.prepare_batch(late, late, PEER, Verdict.ACTIVE)
+    assert prepared is not None
+    [(_, row, _)] = prepared[0]
+    assert row.prepared_for == late
+    assert stage.outbox() == [("shot", {"enabled": False, "lastRunAt": late}, late)]
+    assert await stage.sendable() == []  # nothing told the server the once was consumed
+    if began:
+        assert stage.firing.journal is not None
+        stage.firing.journal.note(row.run_id)
+    # The daemon dies here, before (or just as) the once's program starts.
+    fresh = Stage(stage.db)
+    fresh.records.put(ONCE)
+    snap = await stage.db.call(Mirror.snapshot)
+    left = await stage.db.call(Mirror.open_runs)
+    rest = await fresh.timer.discard_prepared(left, snap.entries, snap.last_fired, late + 5)
+    fresh.apply.restore(snap.entries, late + 5, snap.last_fired)
+    await fresh.unit.commit(late + 5)
+    if began:  # it may have run: interrupted, consumed, and the server told so
+        assert [r.run_id for r in rest] == [row.run_id]
+        assert fresh.entry("shot").row.consumed
+        assert await fresh.sendable() == [("shot", {"enabled": False, "lastRunAt": late})]
+        assert await fresh.timer.fire_now(late + 5) == []
+    else:  # it never ran: it fires now, late, once
+        assert rest == [] and stage.outbox() == []
+        assert not fresh.entry("shot").row.consumed
+        fresh.clock.set(late + 5)
+        assert len(await fresh.timer.fire_now(late + 5)) == 1
+        assert list(fresh.runner.started) == ["shot"]
     await fresh.firing.wait_idle()
 
 
@@ -278,9 +327,50 @@ async def test_each_prepared_start_is_journaled_before_it_and_the_journal_emptie
     # The once's id was in the journal when its program started.
     assert run_id in seen[0]
     # Once the start is noted in the mirror, the journal is emptied.
-    await asyncio.gather(*stage.timer._noting)
+    await stage.timer.wait_noted()
     assert stage.sql(f"SELECT prepared_for FROM runs WHERE run_id = '{run_id}'") == [(None,)]
     assert journal.read() == set() and journal.written == 0
+
+
+async def test_the_batches_started_within_the_note_wait_are_noted_in_one_commit(
+    stage: Stage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await stage.timer.discard_prepared([], [], {}, T0)
+    journal = stage.firing.journal
+    assert journal is not None
+    later = record("later", kind="once", spec={"at": AT + 0.05})
+    stage.adopt(ONCE, later)
+    stage.clock.set(AT - 0.5)
+    await stage.timer.prepare(AT, stage.clock.now())
+    await stage.timer.prepare(AT + 0.05, stage.clock.now())
+    release = asyncio.Event()
+    started = stage.runner.start
+
+    def held_start(req: RunRequest, on_start: Callable[[float], None] | None = None) -> Any:
+        done = started(req, on_start)
+
+        async def ended() -> RunOutcome:
+            await release.wait()
+            return await done
+
+        return ended()
+
+    monkeypatch.setattr(stage.runner, "start", held_start)
+    commits: list[int] = []
+    commit = stage.db.mirror.commit
+    monkeypatch.setattr(
+        stage.db.mirror, "commit", lambda batch, now: (commits.append(1), commit(batch, now))
+    )
+    stage.clock.set(AT)
+    assert len(await stage.timer.fire_now(AT)) == 1
+    stage.clock.set(AT + 0.05)
+    assert len(await stage.timer.fire_now(AT + 0.05)) == 1
+    assert journal.written == 2 and commits == []  # nothing written between the starts
+    await stage.timer.wait_noted()
+    assert len(commits) == 1  # both batches' notes in one transaction
+    assert stage.sql("SELECT prepared_for FROM runs") == [(None,), (None,)]
+    assert journal.read() == set()
+    release.set()
 
 
 async def test_a_prepared_run_in_the_start_journal_is_closed_as_interrupted_not_refired(
@@ -369,5 +459,5 @@ async def test_a_stop_during_the_prepare_commit_waits_for_it_and_cancels_what_it
     await stage.unit.commit(stage.clock.now())
     assert stage.timer.prepared == []
     assert stage.sql("SELECT * FROM runs") == []
-    assert await stage.held(AT + 1) == []
+    assert stage.outbox() == []
     assert stage.sql("SELECT consumed, next_fire FROM entries") == [(0, AT)]

@@ -25,6 +25,7 @@ from anyrtd.program import RunOutcome, RunRequest
 from anyrtd.records import RecordCache
 from anyrtd.registry import Entry, Registry, new_row
 from anyrtd.rows import Batch
+from anyrtd.timer import Timer
 from anyrtd.unit import CommitFailed, Unit
 from anyrtd.vocab import RollupField, RunStatus, Verdict
 
@@ -104,6 +105,7 @@ class Stage:
             stats=self.stats,
             clock=self.clock,
         )
+        self.timer = Timer(self.registry, self.firing, self.clock, lambda: (PEER, Verdict.ACTIVE))
         for record in (ONCE, CRON, EVENT):
             self.records.put({**record, "program": "x:y@v1", "owner": PEER, "enabled": True})
             defn = self.records.parsed[str(record["id"])]
@@ -123,7 +125,7 @@ class Stage:
         return defn
 
     async def fire(self) -> list[str]:
-        return await self.firing.fire_due(self.clock.now(), PEER, Verdict.ACTIVE)
+        return await self.timer.fire_now(self.clock.now())
 
 
 async def test_a_fire_that_cannot_be_committed_leaves_no_trace_and_fires_late_once() -> None:
@@ -167,12 +169,16 @@ async def test_a_fire_that_cannot_be_committed_leaves_no_trace_and_fires_late_on
     batch = stage.mirror.batches[0]  # then the runs' ends
     assert batch.meta == {"cursor": "7"}
     assert sorted(r.trigger_id or "" for r in batch.runs) == ["shot", "tick"]
-    consumption = [w.fields for w in batch.outbox if w.record_id == "shot"]
-    assert consumption == [{"enabled": False, RollupField.LAST_RUN_AT: T0 + 3.0}]
+    # The consumption is held until the start is noted (the start journal covers a crash).
+    consumption = [(f, until) for _, rid, f, _, until in batch.held if rid == "shot"]
+    assert consumption == [({"enabled": False, RollupField.LAST_RUN_AT: T0 + 3.0}, T0 + 3.0)]
     assert stage.entry("shot").row.consumed
     assert stage.unit.failing is None and stage.firing.hold_s() == 0.0
     assert await stage.fire() == []  # fired exactly once
     await stage.firing.wait_idle()
+    await stage.timer.wait_noted()
+    released = [r for b in stage.mirror.batches[1:] for r in b.release_held]
+    assert released == [("shot", T0 + 3.0)]
 
 
 async def test_a_manual_run_that_cannot_be_committed_is_refused_and_leaves_no_trace() -> None:

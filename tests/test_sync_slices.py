@@ -1,6 +1,6 @@
 """A burst of feed changes is applied in slices of `TICK_CHANGES`, in the order read, so a
 tick never holds the event loop (and the timer) for the whole burst; a full read is
-applied whole."""
+applied whole, and as a safety net it comes less often for a large record set."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from anyrtd.client import Change, ChangePage, ServerClient
 from anyrtd.metrics import Stats
 from anyrtd.model import TriggerDef
 from anyrtd.records import RecordCache
-from anyrtd.sync import FIRST_FULL_AFTER_S, Sync
+from anyrtd.sync import FIRST_FULL_AFTER_S, RESYNC_S_PER_RECORD, Sync
 from anyrtd.unit import Unit
 
 
@@ -103,3 +103,26 @@ def test_a_feed_behind_the_mirrors_cursor_is_followed_from_its_head_after_a_full
     assert sync.full_read_due(1000.0, 300.0)
     sync.apply_buffered()
     assert unit._batch.meta["cursor"] == "4"
+
+
+def test_the_safety_net_full_read_comes_less_often_for_a_large_record_set() -> None:
+    sync, records = stage()
+    sync._last_full = 1000.0
+    assert sync.resync_every(300.0) == 300.0  # no records: the configured period
+    for n in range(10_000):
+        records.put({"id": f"t{n:05d}", "_v": 1, **fields()})
+    assert sync.resync_every(300.0) == 10_000 * RESYNC_S_PER_RECORD == 600.0
+    assert sync.resync_every(900.0) == 900.0  # a longer configured period stands
+    assert not sync.full_read_due(1000.0 + 599.0, 300.0)
+    assert sync.full_read_due(1000.0 + 600.0, 300.0)
+    sync.feed_available = False  # without a change feed: every step, whatever the count
+    assert sync.full_read_due(1000.0 + 1.0, 300.0)
+
+
+def test_the_first_full_read_after_a_resumed_start_does_not_wait_for_a_large_sets_period() -> None:
+    sync, _ = following(10)
+    for n in range(10_000):  # a safety net every 600 s
+        sync.records.put({"id": f"t{n:05d}", "_v": 1, **fields()})
+    assert not sync.full_read_due(1000.0, 300.0)
+    assert not sync.full_read_due(1000.0 + FIRST_FULL_AFTER_S - 1, 300.0)
+    assert sync.full_read_due(1000.0 + FIRST_FULL_AFTER_S, 300.0)
