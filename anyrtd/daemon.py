@@ -372,9 +372,9 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
     # the loops
 
     async def _tick_loop(self) -> None:
-        self._wake.clear()
-        with contextlib.suppress(TimeoutError):
+        with contextlib.suppress(TimeoutError):  # a wake set during the last tick counts
             await asyncio.wait_for(self._wake.wait(), timeout=self.config.tick_s)
+        self._wake.clear()
         await self.tick()
 
     async def _sync_loop(self) -> None:
