@@ -7,12 +7,15 @@ server differs from `docs/server-api.md`, this module is the one to change.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
 import httpx
+
+PACED_BYTES = 100_000
+"""A feed page larger than this (about a millisecond of decoding) waits for `pace` first."""
 
 Record = dict[str, Any]
 """A record as the server's query returns it: flat fields plus `id`, `_v`, `_updatedAt`."""
@@ -119,6 +122,9 @@ class ServerClient:
         self._now = now
         self.reach = Reach()
         """Whether the server answers (a 5xx is an answer: this is about reaching it at all)."""
+        self.pace: Callable[[], Awaitable[None]] | None = None
+        """Awaited before a large feed page is decoded (the daemon's `Timer.clear_of`: a
+        decode holds the event loop for milliseconds, and must not hold up a start)."""
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -137,6 +143,7 @@ class ServerClient:
         *,
         params: Mapping[str, Any] | None = None,
         timeout: float | None = None,  # noqa: ASYNC109 - a per-request httpx timeout
+        paced: bool = False,
     ) -> Any:
         try:
             resp = await self._http.request(
@@ -157,6 +164,8 @@ class ServerClient:
         self.reach.unreachable_since = self.reach.error = None
         if resp.status_code >= 500:
             raise ServerUnavailable(f"{self.base_url}{path}: server error {resp.status_code}")
+        if paced and self.pace is not None and len(resp.content) > PACED_BYTES:
+            await self.pace()
         try:
             payload = resp.json()
         except ValueError:
@@ -342,6 +351,7 @@ class ServerClient:
                 f"/v1/spaces/{quote(space, safe='')}/changes",
                 params={"since": since, "wait": wait},
                 timeout=wait + 10.0,
+                paced=True,
             )
         except ServerError as exc:
             if exc.status == 404 and exc.code in ("not_found", "error", "no_route"):

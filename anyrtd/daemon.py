@@ -86,8 +86,7 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
         self._drain_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
-        self.hurry = asyncio.Event()
-        """Set (a second stop signal) to interrupt the runs in flight without waiting the grace."""
+        self.hurry = asyncio.Event()  # set by a second stop signal: interrupt runs at once
         self.unit = Unit(self.records, on_outbox=self._outbox_kick.set)  # the stages, in order
         self.fence = Fence.of(config)
         self.sync_stage = Sync(
@@ -114,8 +113,8 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
         self.timer = Timer(  # prepares each due batch ahead, starts it on time
             self.registry, self.firing, self.clock, lambda: (self.peer_id, self.gate.verdict)
         )
-        # Event triggers, the chat responder and the standing built-ins (docs/events.md,
-        # docs/election.md).
+        self.client.pace = self.timer.clear_of  # a large feed page waits for a start to pass
+        # Event triggers, the chat responder, the standing built-ins (docs/events.md).
         self.role = Role(
             agent_name=config.agent_name,
             space=config.space,
@@ -372,9 +371,9 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
     # the loops
 
     async def _tick_loop(self) -> None:
-        self._wake.clear()
-        with contextlib.suppress(TimeoutError):
+        with contextlib.suppress(TimeoutError):  # a wake set during the last tick counts
             await asyncio.wait_for(self._wake.wait(), timeout=self.config.tick_s)
+        self._wake.clear()
         await self.tick()
 
     async def _sync_loop(self) -> None:
@@ -398,6 +397,7 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
             await asyncio.wait_for(self._outbox_kick.wait(), timeout=5.0)
         self._outbox_kick.clear()
         await asyncio.sleep(WINDOW_S)  # let the writes of several batches gather
+        await self.timer.clear_of()  # encoding them must not hold up a start
         result = await self.drain_outbox()
         if result is not None and result.error:
             await asyncio.sleep(1.0)

@@ -21,6 +21,7 @@ import dataclasses
 import functools
 import gc
 import logging
+import operator
 import os
 import time
 import uuid
@@ -682,14 +683,15 @@ class Undo:
     """What a fire changes in memory before its commit, to put back when the commit fails
     or the fire is cancelled before its due time."""
 
-    rows: dict[str, tuple[Entry, EntryRow]]
+    rows: dict[str, tuple[Entry, tuple[Any, ...]]]
+    """Each entry, and its row's values before the fire (`_ENTRY_FIELDS` order)."""
     last_fired: dict[str, float | None]
     n: int
 
     @classmethod
     def of(cls, entries: list[Entry], registry: Registry) -> Undo:
         return cls(
-            {e.id: (e, dataclasses.replace(e.row)) for e in entries},
+            {e.id: (e, _row_values(e.row)) for e in entries},
             {e.id: registry.last_fired.get(e.id) for e in entries},
             len(entries),
         )
@@ -706,9 +708,9 @@ class Undo:
         kept = self.rows.pop(trigger_id, None)
         if kept is None:
             return None
-        entry, row = kept
-        for f in _ENTRY_FIELDS:
-            setattr(entry.row, f, getattr(row, f))
+        entry, values = kept
+        for f, value in zip(_ENTRY_FIELDS, values, strict=True):
+            setattr(entry.row, f, value)
         if registry.get(entry.id) is entry:
             registry.schedule(entry)
         at = self.last_fired.pop(trigger_id, None)
@@ -725,6 +727,8 @@ def consumption(at: float) -> dict[str, Any]:
 
 
 _ENTRY_FIELDS = tuple(f.name for f in dataclasses.fields(EntryRow))
+_row_values = operator.attrgetter(*_ENTRY_FIELDS)
+"""An entry row's values, in `_ENTRY_FIELDS` order (a copy costs about 6 µs, this 0.4)."""
 
 
 def _with_line(output: str, line: str) -> str:

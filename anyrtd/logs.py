@@ -81,10 +81,17 @@ class _EventFormatter(logging.Formatter):
 class PlainFormatter(_EventFormatter):
     """`2025-01-02T08:00:00.004+01:00 INFO anyrtd.daemon: fired trigger=t1 run=r1`."""
 
+    _second: int | None = None
+    _date = _zone = ""
+
     def _head(self, record: logging.LogRecord) -> str:
-        when = datetime.fromtimestamp(record.created).astimezone()
-        stamp = when.isoformat(timespec="milliseconds")
-        return f"{stamp} {record.levelname} {record.name}: "
+        # The date and the zone are made once a second: a burst logs thousands a second.
+        second = int(record.created)
+        if second != self._second:
+            when = datetime.fromtimestamp(second).astimezone().isoformat(timespec="seconds")
+            self._second, self._date, self._zone = second, when[:19], when[19:]
+        millis = min(999, int((record.created - second) * 1000))
+        return f"{self._date}.{millis:03d}{self._zone} {record.levelname} {record.name}: "
 
 
 class JournalFormatter(_EventFormatter):

@@ -27,7 +27,7 @@ log = logging.getLogger("anyrtd.outbox")
 TRIGGERS = "triggers"
 RUNS = "runs"
 
-WINDOW_S = 0.5
+WINDOW_S = 1.0
 """How long the outbox loop lets writes gather after it is woken, before it drains: the runs
 of several due batches then go in one request per dataset, and their trigger's writes fold
 into one write per record (`merge`), instead of a request pair for every batch."""

@@ -49,6 +49,11 @@ IDLE_WAKE_S = 60.0
 LEAD_MIN_S = 0.05
 LEAD_MAX_S = 2.0
 """A batch is prepared at least 50 ms and at most 2 s ahead of its due time."""
+CLEAR_STALL_S = 0.02
+"""About how long the event loop is held by the longest stretches of work besides the
+timer's (a drain's encoding, a large feed page's decoding): `Timer.clear_of`."""
+CLEAR_WAIT_MAX_S = 0.25
+"""The longest such work waits for a start to pass."""
 NOTE_WAIT_S = 0.2
 """How long the notes of started batches wait before their own commit: another commit (the
 runs' ends, the next prepare) usually carries them first, and the batches started meanwhile
@@ -150,6 +155,23 @@ class Timer:
         timeout = min(IDLE_WAKE_S, max(0.0, min(wake, default=now + IDLE_WAKE_S) - now))
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.rearm.wait(), timeout=timeout)
+
+    async def clear_of(self, stall_s: float = CLEAR_STALL_S) -> None:
+        """Return when `stall_s` of work on the event loop would not hold up a start: at
+        once when the next due time is further away (or already passed), else just after
+        it, waiting at most `CLEAR_WAIT_MAX_S` in all. The outbox's drain and a large feed
+        page call it before the work that holds the loop for milliseconds."""
+        waited = 0.0
+        while waited < CLEAR_WAIT_MAX_S:
+            due = self.registry.next_due()
+            if self.prepared:
+                due = self.prepared[0].due if due is None else min(due, self.prepared[0].due)
+            gap = None if due is None else due - self.clock.now()
+            if gap is None or gap > stall_s or gap < -stall_s:
+                return
+            pause = min(CLEAR_WAIT_MAX_S - waited, max(0.0, gap) + LEAD_MIN_S / 10)
+            await asyncio.sleep(pause)  # the start's turn comes first
+            waited += pause
 
     async def fire_now(self, now: float) -> list[str]:
         """Start the prepared batches whose due time came, then fire at once what else is

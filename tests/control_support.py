@@ -29,6 +29,7 @@ class ServeProcess:
         config_lines: tuple[str, ...] = (),
         name: str = "serve",
         grace_s: float = 1.0,
+        tick_s: float = TICK,
     ) -> None:
         self.tmp = tmp
         self.server_url = server_url
@@ -39,6 +40,7 @@ class ServeProcess:
         lines = (f"grace_s = {grace_s}", *config_lines)
         self.config.write_text("".join(f"{line}\n" for line in lines))
         self.listen = ""
+        self.tick_s = tick_s
         self.proc: subprocess.Popen[bytes] | None = None
 
     def argv(self) -> list[str]:
@@ -52,7 +54,7 @@ class ServeProcess:
             "--state-dir",
             str(self.state),
             "--tick",
-            str(TICK),
+            str(self.tick_s),
             "--listen",
             self.requested,
         ]

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import sqlite3
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -18,15 +19,15 @@ from typing import Any
 import pytest
 
 from anyrtd.apply import Apply
-from anyrtd.clock import FakeClock
-from anyrtd.firing import START_JOURNAL_FILE, Firing
+from anyrtd.clock import FakeClock, SystemClock
+from anyrtd.firing import START_JOURNAL_FILE, Firing, Undo
 from anyrtd.metrics import Stats
 from anyrtd.mirror import AsyncMirror, Mirror
 from anyrtd.model import TriggerDef
 from anyrtd.program import RunOutcome, RunRequest
 from anyrtd.records import RecordCache
 from anyrtd.registry import Entry, Registry, new_row
-from anyrtd.timer import LEAD_MAX_S, LEAD_MIN_S, Lead, Timer
+from anyrtd.timer import LEAD_MAX_S, LEAD_MIN_S, Lead, Prepared, Timer
 from anyrtd.unit import Unit
 from anyrtd.vocab import RunStatus, Verdict
 
@@ -461,3 +462,22 @@ async def test_a_stop_during_the_prepare_commit_waits_for_it_and_cancels_what_it
     assert stage.sql("SELECT * FROM runs") == []
     assert stage.outbox() == []
     assert stage.sql("SELECT consumed, next_fire FROM entries") == [(0, AT)]
+
+
+async def test_work_that_holds_the_loop_waits_for_a_start_due_within_it(stage: Stage) -> None:
+    """The outbox's drain and a large feed page (`Timer.clear_of`) go at once when no start
+    is due within their stall, and just after the start otherwise."""
+    clock = SystemClock()
+    timer = Timer(stage.registry, stage.firing, clock, lambda: (PEER, Verdict.ACTIVE))
+    undo = Undo({}, {}, 0)
+
+    async def took(due_in: float, stall_s: float) -> float:
+        timer.prepared[:] = [Prepared(clock.now() + due_in, {}, undo)]
+        began = time.monotonic()
+        await timer.clear_of(stall_s)
+        return time.monotonic() - began
+
+    assert await took(5.0, 0.02) < 0.2  # far ahead: at once (no sleep at all)
+    assert await took(-5.0, 0.02) < 0.2  # long passed (a late batch): at once
+    waited = await took(0.2, 0.3)  # within the stall: just after the start
+    assert waited >= 0.2
