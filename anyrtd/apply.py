@@ -12,13 +12,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
 from anyrtd.claims import Fence
+from anyrtd.heap import collector_held
 from anyrtd.metrics import Stats
 from anyrtd.model import TriggerDef, health_marker
 from anyrtd.reconcile import (
     Adopt,
     Confirm,
     Context,
-    EntryView,
+    EntryFacts,
     Evict,
     Mark,
     Refresh,
@@ -66,6 +67,7 @@ class Apply:
         """Claimed entries waiting for their stamp to come back: reconciled every tick."""
         self._malformed_logged: dict[str, int | None] = {}
 
+    @collector_held()  # 100,000 entries at start: anyrtd/heap.py
     def restore(
         self, rows: Iterable[EntryRow], now: float, last_fired: Mapping[str, float] = {}
     ) -> None:
@@ -117,15 +119,12 @@ class Apply:
             if defn.kind == Kind.CRON and (at := last_fired.get(defn.id)) is not None:
                 self.registry.last_fired[defn.id] = at
 
+    @collector_held()  # every id after a restart or a new verdict: anyrtd/heap.py
     def reconcile(self, ids: Iterable[str], now: float, verdict: str, peer_id: str) -> None:
         """Reconcile `ids` and apply the plan."""
-        views = {
-            rid: EntryView(
-                e.row.fingerprint, e.row.enabled, e.row.marker, e.row.claimed_at, e.row.consumed
-            )
-            for rid in ids
-            if (e := self.registry.get(rid)) is not None
-        }
+        # The rows themselves, not copies: the plan is made before any action changes one.
+        entries = self.registry.entries
+        views: dict[str, EntryFacts] = {rid: entries[rid].row for rid in ids if rid in entries}
         fence = self.fence
         ctx = Context(
             peer_id=peer_id,

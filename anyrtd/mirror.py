@@ -50,6 +50,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.pool import ConnectionPoolEntry
 
+from anyrtd.heap import collector_held
 from anyrtd.mirror_guard import (
     AT_RISK,
     REBUILD,
@@ -364,6 +365,7 @@ class Mirror:
 
     # reading
 
+    @collector_held()  # the entries of 100,000 triggers: anyrtd/heap.py
     def snapshot(self) -> Snapshot:
         with self.engine.connect() as conn:
             entries = [_entry_row(r) for r in conn.exec_driver_sql(_SELECT_ENTRIES)]

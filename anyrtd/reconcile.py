@@ -10,11 +10,27 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 from anyrtd.claims import Token, outranks
 from anyrtd.model import STANDING_BUILTINS, Malformed, TriggerDef, health_marker
 from anyrtd.vocab import Kind, Marker, is_unassigned
+
+
+class EntryFacts(Protocol):
+    """What the reconcile reads of one registry entry: an `EntryView`, or the entry's own
+    row (`rows.EntryRow`), which a reconcile of every entry reads without a copy."""
+
+    @property
+    def fingerprint(self) -> str: ...
+    @property
+    def enabled(self) -> bool: ...
+    @property
+    def marker(self) -> str | None: ...
+    @property
+    def claimed_at(self) -> float | None: ...
+    @property
+    def consumed(self) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +128,7 @@ MARKERS = frozenset({Marker.INVALID_SPEC, Marker.UNSUPPORTED_SOURCE})
 def reconcile(
     ids: Iterable[str],
     records: Mapping[str, TriggerDef | Malformed],
-    registry: Mapping[str, EntryView],
+    registry: Mapping[str, EntryFacts],
     ctx: Context,
     pending_owner: Set[str] = frozenset(),
 ) -> list[Action]:
@@ -131,7 +147,7 @@ def reconcile(
 def _one(
     rid: str,
     rec: TriggerDef | Malformed | None,
-    entry: EntryView | None,
+    entry: EntryFacts | None,
     ctx: Context,
     pending_owner: Set[str],
 ) -> list[Action]:
@@ -178,7 +194,7 @@ def _one(
     return actions
 
 
-def _shot_changed(rec: TriggerDef, entry: EntryView) -> bool:
+def _shot_changed(rec: TriggerDef, entry: EntryFacts) -> bool:
     """Return whether a `once` record and its entry disagree on whether it has fired.
 
     A once takes the record's `lastRunAt` as its consumed state (seeds, Refresh): a record

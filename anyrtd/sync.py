@@ -9,14 +9,17 @@ the daemon hands the feed's pages to the event routing itself.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import os
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from anyrtd.claims import Fence
 from anyrtd.client import Change, ChangePage, Record, ServerClient, ServerError, ServerUnavailable
+from anyrtd.heap import collector_held
 from anyrtd.metrics import Stats
 from anyrtd.mirror import AsyncMirror, Mirror
 from anyrtd.outbox import TRIGGERS
@@ -44,6 +47,18 @@ TICK_CHANGES = 100
 """The most feed changes one tick applies; a burst's rest waits for the next tick, which
 follows at once (tens of milliseconds of parsing and reconciling per slice)."""
 
+FIRST_FULL_AFTER_S = 30.0
+"""After a restart from a mirror that follows the change feed, how long after the start the
+first full read comes: the feed from the mirror's cursor brings what changed while the
+daemon was down, so the safety net need not hold up readiness (docs/architecture.md)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Cursor:
+    """In the buffer, after what was read up to `seq`: once applied, the mirror's cursor."""
+
+    seq: int
+
 
 class Sync:
     """One device's view of the server: where its records live, and what was read of them."""
@@ -68,8 +83,10 @@ class Sync:
         self.feed_available = True
         self.resolved = False
         self.tombstones: set[str] = set()
-        self._buffer: list[Change | list[Record]] = []
+        self._buffer: list[Change | list[Record] | _Cursor] = []
         self._last_full: float | None = None
+        self._resumed = False
+        """The mirror held a feed cursor: the first full read may wait (`full_read_due`)."""
         self._server_away = False
         self.fence = fence
         """Notes the claims' tokens and the replication lag (anyrtd/claims.py), when set."""
@@ -88,17 +105,25 @@ class Sync:
         self.places = Places.from_meta(meta)
         cursor = meta.get("cursor")
         self.cursor = int(cursor) if cursor is not None else None
+        self._resumed = self.cursor is not None
         self.tombstones = set(tombstones)
 
     async def load(self, db: AsyncMirror) -> None:
         """Fill the record cache from the mirror: the records' texts, then this device's own
         trigger writes still queued in the outbox, laid over them."""
-        after = ""
-        while page := await db.call(functools.partial(Mirror.record_texts, after=after)):
-            # A page at a time: the texts of 100,000 records never sit in memory together.
-            for _, text in page:
-                self.records.load(text)
-            after = page[-1][0]
+        ahead = asyncio.create_task(db.call(Mirror.record_texts))
+        try:
+            while page := await ahead:
+                # A page at a time: the texts of 100,000 records never sit in memory
+                # together. The mirror's thread reads the next page while this one is parsed.
+                ahead = asyncio.create_task(
+                    db.call(functools.partial(Mirror.record_texts, after=page[-1][0]))
+                )
+                await asyncio.sleep(0)  # let the read start
+                with collector_held():  # the cache outlives the start: see anyrtd/heap.py
+                    self.records.load_many([text for _, text in page])
+        finally:
+            ahead.cancel()  # done unless the parse failed
         for item in await db.call(lambda m: m.outbox_pending(1_000_000)):
             if item.dataset == TRIGGERS:
                 self.records.write(item.record_id, item.fields, item.unset)
@@ -154,7 +179,17 @@ class Sync:
         return True
 
     def full_read_due(self, now: float, full_resync_s: float) -> bool:
-        """Return whether the next step re-reads every record."""
+        """Return whether the next step re-reads every record.
+
+        At start that is at once, unless the mirror holds a feed cursor: then the feed from
+        that cursor brings what changed meanwhile, and the first full read (the safety net
+        against a change the feed missed) comes `FIRST_FULL_AFTER_S` later, after readiness.
+        """
+        if self._last_full is None and self._resumed and self.feed_available:
+            self._resumed = False
+            period = self.resync_every(full_resync_s)
+            self._last_full = now - period + min(FIRST_FULL_AFTER_S, period)
+            return False
         return (
             self._last_full is None
             or not self.feed_available
@@ -177,11 +212,12 @@ class Sync:
                 self._feed_missing()
             else:
                 self.cursor = page.seq
-                self.unit.meta({"cursor": str(page.seq)})
         records = await self.client.query_all(
             self.places.triggers, include_deleted=True, page_size=FULL_READ_PAGE
         )
         self._buffer.append(records)
+        if self.cursor is not None:
+            self._mark_cursor()
         self._last_full = now
 
     @property
@@ -210,15 +246,33 @@ class Sync:
         if self.fence is not None:  # the lag as the page arrives, not when a tick applies it
             arrived = (c.record for c in relevant if c.record is not None)
             self.fence.sample_lag(arrived, self.peer_id, now)
-        self.cursor = max(self.cursor, page.seq)
-        self.unit.meta({"cursor": str(self.cursor)})
+        if page.seq < self.cursor:
+            # The feed is behind what this mirror followed: another server, or one restored
+            # from a backup. Follow it from its head, and read every record at the next step.
+            log.warning(
+                "the change feed is at %d, behind the mirror's cursor %d: reading every record",
+                page.seq,
+                self.cursor,
+            )
+            self._last_full = None
+        self.cursor = page.seq if page.seq < self.cursor else max(self.cursor, page.seq)
         self._buffer.extend(relevant)
+        self._mark_cursor()
         echo = self.records.echo
         return sum(1 for c in relevant if c.op == "delete" or c.record is None or not echo(c.id))
 
     def buffer(self, change: Change) -> None:
         """Buffer a change read outside the feed (a record this device just seeded)."""
         self._buffer.append(change)
+
+    def _mark_cursor(self) -> None:
+        """Buffer the cursor after what was buffered: the mirror keeps it once that is applied
+        (and committed with it), so a restart resumes the feed from what it holds."""
+        assert self.cursor is not None
+        if self._buffer and isinstance(self._buffer[-1], _Cursor):
+            self._buffer[-1] = _Cursor(self.cursor)
+        else:
+            self._buffer.append(_Cursor(self.cursor))
 
     def _feed_missing(self) -> None:
         if self.feed_available:
@@ -232,6 +286,7 @@ class Sync:
         """True when changes are buffered that a tick has not applied yet."""
         return bool(self._buffer)
 
+    @collector_held()  # a full read of 100,000 records: anyrtd/heap.py
     def apply_buffered(self, changes: int | None = None) -> set[str]:
         """Apply what was read since the last tick, in the order it was read, but at most
         `changes` feed changes (None: all; a full read is always applied whole); return
@@ -240,7 +295,9 @@ class Sync:
         touched: set[str] = set()
         taken = 0
         for n, item in enumerate(self._buffer):
-            if isinstance(item, Change):
+            if isinstance(item, _Cursor):
+                self.unit.meta({"cursor": str(item.seq)})
+            elif isinstance(item, Change):
                 if changes is not None and taken >= changes:
                     del self._buffer[:n]
                     return touched
@@ -292,4 +349,4 @@ class Sync:
         return rid
 
 
-__all__ = ["TICK_CHANGES", "Sync"]
+__all__ = ["FIRST_FULL_AFTER_S", "TICK_CHANGES", "Sync"]

@@ -17,6 +17,7 @@ from fleet import T0, Fleet, Node
 from support import AGENT_RUNS_FIELDS, async_wait_until
 
 from anyrtd.client import ServerError
+from anyrtd.sync import FIRST_FULL_AFTER_S
 
 
 @pytest.fixture
@@ -308,6 +309,44 @@ async def test_a_restart_comes_back_from_the_mirror_alone(h: Node, devserver: An
     await h.repoint(devserver.url)
     await h.daemon.drain_outbox()
     assert [r["status"] for r in await h.runs("t")] == ["ok"]
+
+
+async def test_a_restart_takes_what_changed_while_it_was_down_from_the_feed(h: Node) -> None:
+    """A mirror that follows the feed resumes it at start: what changed meanwhile is
+    adopted, refreshed and evicted at the first tick, and the full read of every record
+    (the safety net) comes `FIRST_FULL_AFTER_S` later, not before readiness."""
+    for rid in ("kept", "edited", "gone", "repinned"):
+        await h.put(rid, owner=h.me, **cron("0 9 * * *"))
+    await h.step(1)
+    triggers = h.triggers
+    await h.stop()
+    await h.put("edited", spec={"cron": "*/5 * * * *"})
+    await h.user.delete(triggers, ["gone"])
+    await h.put("repinned", owner="12D3KooWSomeoneElse")
+    await h.put("new", owner=h.me, **cron("*/10 * * * *"))
+    h.daemon = h.make_daemon()
+    full_reads: list[object] = []
+    query_all = h.daemon.client.query_all
+
+    async def counted(dataset: Any, *args: Any, **kwargs: Any) -> Any:
+        if dataset == triggers:
+            full_reads.append(dataset)
+        return await query_all(dataset, *args, **kwargs)
+
+    h.daemon.client.query_all = counted  # type: ignore[method-assign]
+    await h.boot()
+    assert full_reads == []
+    registry = h.daemon.registry
+    mine = {"kept", "edited", "gone", "repinned", "new"}
+    assert mine & set(registry.entries) == {"edited", "kept", "new"}
+    edited, new = registry.get("edited"), registry.get("new")
+    assert edited is not None and edited.row.next_fire == T0 + 300  # the edit
+    assert new is not None and new.row.next_fire is not None
+    await h.step(FIRST_FULL_AFTER_S - 10)
+    assert full_reads == []
+    await h.step(10)
+    assert len(full_reads) == 1
+    assert mine & set(registry.entries) == {"edited", "kept", "new"}
 
 
 async def test_a_server_outage_loses_no_run_record_and_writes_none_twice(

@@ -571,3 +571,31 @@ def test_a_page_without_a_sort_matches_the_sorted_query_and_reads_only_its_own_r
                 if got.next is None:
                     break
                 sorted_token, by_id_token = expected.next, got.next
+
+
+def test_a_look_up_by_id_matches_the_sorted_query_and_reads_no_row_past_that_id() -> None:
+    from anyrtd.devserver.records import compile_filter, page_by_id, run_query
+
+    records = [{"id": f"r{i:04d}", "bucket": i % 3} for i in range(0, 1000, 7)]
+    read: list[str] = []
+
+    def after(last: str | None) -> Any:
+        for r in records:
+            if last is None or r["id"] > last:
+                read.append(r["id"])
+                yield r
+
+    for flt in (
+        {"id": "r0007"},
+        {"id": "r0008"},  # no such record
+        {"id": "r0014", "bucket": 2},
+        {"id": "r0014", "bucket": 0},
+        {"id": {"$in": ["r0007", "r0994"]}},  # not an equality: the whole scan
+        {"id": 7},
+    ):
+        conditions = compile_filter(flt)
+        read.clear()
+        got = page_by_id(after, conditions, limit=None, after=None, shape="s")
+        assert got == run_query(records, conditions, [], limit=None, after=None, shape="s")
+        if isinstance(flt["id"], str):
+            assert all(rid <= flt["id"] for rid in read[:-1]) and len(read) <= 4

@@ -13,7 +13,15 @@ PACKAGE = Path(anyrtd.__file__).parent
 
 FLOW: tuple[tuple[str, ...], ...] = (
     # the words and the tools every room uses
-    ("anyrtd", "anyrtd.vocab", "anyrtd.clock", "anyrtd.logs", "anyrtd.metrics", "anyrtd.notify"),
+    (
+        "anyrtd",
+        "anyrtd.vocab",
+        "anyrtd.clock",
+        "anyrtd.heap",
+        "anyrtd.logs",
+        "anyrtd.metrics",
+        "anyrtd.notify",
+    ),
     ("anyrtd.address",),
     ("anyrtd.config",),
     # records on the server ─▶ client ─▶ record cache + mirror ─▶ reconcile ─▶ registry

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from typing import Any
 
@@ -14,6 +16,8 @@ from anyrtd.model import (
     Malformed,
     Rollup,
     TriggerDef,
+    _jsonable,
+    fingerprint,
     health_marker,
     marker_reason,
     parse_record,
@@ -310,6 +314,21 @@ def test_the_fingerprint_covers_exactly_the_definition_core() -> None:
     assert len(prints) == len(core)
 
 
+def test_the_fingerprint_stays_what_earlier_versions_computed() -> None:
+    # A different fingerprint after an upgrade would refresh every entry: these are the
+    # values the first releases computed, pinned.
+    assert parsed(DAILY_DIGEST).fingerprint == "63c6f1d3ae5000ead9a7fd47be6ae85a"
+    odd = {
+        "id": "x",
+        "kind": "cron",
+        "spec": {"every_s": 86400.5, "z": [1, 2.5, None, True], "é": "\ud800"},
+        "program": "a:b@v1",
+        "args": {"n": float("nan"), "big": 10**30, "u": "ü\u2028"},
+        "limits": {"timeoutS": 5},
+    }
+    assert parsed(odd).fingerprint == "1c4f674fc4cd405d8d9fbc9d2f09ecec"
+
+
 def test_absent_name_and_the_id_as_name_are_the_same_definition() -> None:
     a = parsed({k: v for k, v in DAILY_DIGEST.items() if k != "name"})
     b = parsed({**DAILY_DIGEST, "name": "daily-digest"})
@@ -418,3 +437,47 @@ def test_parse_record_survives_hostile_objects() -> None:
     cyclic["self"] = cyclic
     for record in [Exploding(id="x"), {**DAILY_DIGEST, "args": cyclic}, object(), None]:
         assert isinstance(parse_record(record), Malformed | TriggerDef)  # type: ignore[arg-type]
+
+
+@given(
+    st.dictionaries(st.text(max_size=8), json_values, max_size=4),
+    st.dictionaries(st.text(max_size=8), json_values, max_size=4),
+    st.text(max_size=10),
+)
+@settings(max_examples=300, deadline=None)
+def test_the_fingerprint_is_the_blake2b_of_the_sorted_compact_json_of_the_core(
+    spec: dict[str, Any], args: dict[str, Any], name: str
+) -> None:
+    core = {
+        "kind": "cron",
+        "spec": spec,
+        "program": "a:b@v1",
+        "args": args,
+        "name": name,
+        "limits": {},
+        "maxConsecutiveFailures": 3,
+    }
+    text = json.dumps(
+        core, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_jsonable
+    )
+    expected = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16)
+    assert (
+        fingerprint(
+            **{k: core[k] for k in ("kind", "spec", "program", "args", "name", "limits")},
+            max_consecutive_failures=3,
+        )
+        == expected.hexdigest()
+    )
+
+
+@pytest.mark.parametrize("every", [60, 60.0, 0.5, 0, -5, 10**400, True, "60", None, 1e300])
+def test_an_every_s_schedule_shared_by_period_is_the_one_its_spec_compiles_to(
+    every: Any,
+) -> None:
+    from anyrtd.schedule import compile_schedule
+
+    spec = {"every_s": every}
+    first = parsed({"id": "a", "kind": "cron", "spec": spec, "program": "p"}).schedule
+    again = parsed({"id": "b", "kind": "cron", "spec": dict(spec), "program": "p"}).schedule
+    assert first == again == compile_schedule("cron", spec)
+    assert type(first) is type(compile_schedule("cron", spec))

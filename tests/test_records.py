@@ -100,6 +100,33 @@ def test_a_loaded_record_parses_like_a_put_one() -> None:
     assert defn(cache).kind == "once" and cache.version("t") == 4
 
 
+def test_a_page_loaded_at_once_is_what_loading_each_text_gives() -> None:
+    texts = [
+        '{"id":"a","kind":"once","spec":{"at":5},"program":"p","_v":4}',
+        '{"id":"b","kind":"weekly","program":"p","_v":2}',  # malformed: its text is kept
+        '{"id":"c","kind":"cron","spec":{"every_s":60},"program":"p","owner":"x"}',
+        "[1]",  # not a record: skipped, as `load` skips it
+        '{"id":"d","kind":"cron","spec":{"cron":"0 8 * * *"},"program":"p","_v":1}',
+    ]
+    one, many = RecordCache(), RecordCache()
+    for text in texts:
+        one.load(text)
+    many.load_many(texts)
+    assert list(many.ids()) == list(one.ids()) == ["a", "b", "c", "d"]
+    for rid in "abcd":
+        assert many.parsed[rid] == one.parsed[rid]
+        assert many.version(rid) == one.version(rid) and many.raw(rid) == one.raw(rid)
+
+
+def test_a_page_with_a_text_that_is_not_one_json_value_fails_as_loading_it_alone() -> None:
+    good = '{"id":"a","kind":"once","spec":{"at":5},"program":"p","_v":4}'
+    for bad in ("1,2", "{"):
+        with pytest.raises(ValueError):
+            RecordCache().load(bad)
+        with pytest.raises(ValueError):
+            RecordCache().load_many([good, bad])
+
+
 def test_a_dropped_record_is_gone_with_its_overlay() -> None:
     cache = RecordCache()
     cache.put(record(1))

@@ -4,11 +4,11 @@ applied whole, and as a safety net it comes less often for a large record set.""
 
 from __future__ import annotations
 
-from anyrtd.client import Change, ServerClient
+from anyrtd.client import Change, ChangePage, ServerClient
 from anyrtd.metrics import Stats
 from anyrtd.model import TriggerDef
 from anyrtd.records import RecordCache
-from anyrtd.sync import RESYNC_S_PER_RECORD, Sync
+from anyrtd.sync import FIRST_FULL_AFTER_S, RESYNC_S_PER_RECORD, Sync
 from anyrtd.unit import Unit
 
 
@@ -51,6 +51,60 @@ def test_a_full_read_is_applied_whole_with_the_changes_before_it() -> None:
     assert sync.apply_buffered(1) == {"late"}
 
 
+def following(cursor: int) -> tuple[Sync, Unit]:
+    """A sync stage restored from a mirror that followed the feed up to `cursor`."""
+    records = RecordCache()
+    unit = Unit(records, on_outbox=lambda: None)
+    sync = Sync(ServerClient("http://127.0.0.1:9"), "space", records, unit, Stats())
+    meta = {
+        "space": "space",
+        "type_id": "type",
+        "triggers_object": "obj",
+        "runs_object": "runs",
+        "cursor": str(cursor),
+    }
+    sync.restore(meta, ())
+    return sync, unit
+
+
+def test_a_mirror_that_follows_the_feed_reads_every_record_only_after_the_start() -> None:
+    sync, _ = following(10)
+    assert sync.following
+    assert not sync.full_read_due(1000.0, 300.0)  # the feed from the cursor first
+    assert not sync.full_read_due(1000.0 + FIRST_FULL_AFTER_S - 1, 300.0)
+    assert sync.full_read_due(1000.0 + FIRST_FULL_AFTER_S, 300.0)
+    fresh, _ = stage()  # no cursor: every record at once
+    assert fresh.full_read_due(1000.0, 300.0)
+    lost, _ = following(10)
+    lost.feed_available = False  # no feed: every step reads every record
+    assert lost.full_read_due(1000.0, 300.0)
+
+
+def test_the_mirror_keeps_the_cursor_only_once_what_it_covers_is_applied() -> None:
+    sync, unit = following(10)
+    sync.take(ChangePage([change(n, f"t{n:03d}") for n in range(11, 161)], 170), 0.0)
+    assert sync.cursor == 170
+    assert "cursor" not in unit._batch.meta  # a commit now must not skip the changes
+    sync.apply_buffered(100)
+    assert "cursor" not in unit._batch.meta
+    sync.apply_buffered(100)
+    assert unit._batch.meta["cursor"] == "170" and not sync.pending
+    sync.take(ChangePage([], 180), 0.0)  # a page with no trigger change still moves it
+    sync.take(ChangePage([], 190), 0.0)
+    sync.apply_buffered(100)
+    assert unit._batch.meta["cursor"] == "190"
+
+
+def test_a_feed_behind_the_mirrors_cursor_is_followed_from_its_head_after_a_full_read() -> None:
+    sync, unit = following(500)
+    assert not sync.full_read_due(1000.0, 300.0)
+    sync.take(ChangePage([change(3, "t")], 4), 1000.0)  # another server, or a restored one
+    assert sync.cursor == 4
+    assert sync.full_read_due(1000.0, 300.0)
+    sync.apply_buffered()
+    assert unit._batch.meta["cursor"] == "4"
+
+
 def test_the_safety_net_full_read_comes_less_often_for_a_large_record_set() -> None:
     sync, records = stage()
     sync._last_full = 1000.0
@@ -63,3 +117,12 @@ def test_the_safety_net_full_read_comes_less_often_for_a_large_record_set() -> N
     assert sync.full_read_due(1000.0 + 600.0, 300.0)
     sync.feed_available = False  # without a change feed: every step, whatever the count
     assert sync.full_read_due(1000.0 + 1.0, 300.0)
+
+
+def test_the_first_full_read_after_a_resumed_start_does_not_wait_for_a_large_sets_period() -> None:
+    sync, _ = following(10)
+    for n in range(10_000):  # a safety net every 600 s
+        sync.records.put({"id": f"t{n:05d}", "_v": 1, **fields()})
+    assert not sync.full_read_due(1000.0, 300.0)
+    assert not sync.full_read_due(1000.0 + FIRST_FULL_AFTER_S - 1, 300.0)
+    assert sync.full_read_due(1000.0 + FIRST_FULL_AFTER_S, 300.0)

@@ -446,8 +446,14 @@ def page_by_id(
     gives for the same query.
     """
     last = decode_token(after, shape)[1] if after is not None else None
+    # A look-up by id: no record past that id, in id order, can match (the daemon looks up
+    # its chat-watch record so at every start, in a dataset of maybe 100,000).
+    ids = [c.value for c in conditions if c.path == ("id",) and c.op == "$eq"]
+    upto = min(ids) if ids and all(isinstance(i, str) for i in ids) else None
     rows: list[Record] = []
     for r in records_after(last):
+        if upto is not None and r["id"] > upto:
+            break
         if matches(r, conditions):
             rows.append(r)
             if limit is not None and len(rows) > limit:

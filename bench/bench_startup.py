@@ -1,0 +1,123 @@
+"""Start-up from a mirror, timed again and again from the same mirror (issue 13's target).
+
+    python -m bench.bench_startup --n 100000 --rounds 2 [--work DIR] [--code DIR ...]
+
+Seeds `n` daily interval triggers pinned to the device on a devserver, lets a daemon adopt
+them once (the mirror they leave is kept), then restarts a daemon from a fresh copy of that
+mirror `rounds` times for each `--code` tree (a checkout of anyrtd: its `anyrtd` and
+`bench`; default this one), the trees taken in turn within each round, so that a before and
+an after are measured in the same minutes. Each restart reports, as `bench.bench_fire`'s
+idle scenario does, `open_s` (`Daemon.open`) and `start_s` (open + `Daemon.start`: the
+first full read and tick, until the daemon is ready), and beside them the time from the
+process's spawn until it answered ready, the CPU the process had used by then (imports
+included) and the load average. With `--work` the devserver's records and the seeded
+mirror are kept there and reused by the next run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.bench_fire import IDLE_EVERY_S, REPO, Child, Setup, every_record
+
+
+def cpu_s(pid: int) -> float:
+    """Return the user + system CPU seconds process `pid` has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CodeChild(Child):
+    """A bench child run from another anyrtd tree (`code`)."""
+
+    def __init__(self, code: Path, *args: Any) -> None:
+        super().__init__(*args)
+        self.code = code
+
+    async def start(self, limit_s: float = 600.0) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            "from bench.fire_child import main; main()",
+            self.kind,
+            json.dumps(self.params),
+            cwd=self.code,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=self.log.open("ab"),
+            env={**os.environ, "PYTHONPATH": str(self.code)},
+            limit=2**28,
+        )
+        self.ready = await self._read(limit_s)
+        self.ready["spawn_to_ready_s"] = round(time.perf_counter() - t0, 3)
+        self.ready["cpu_to_ready_s"] = round(cpu_s(self.proc.pid), 2)
+        return self.ready
+
+
+async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
+    work = Path(args.work)
+    seed = work / "state.seed"
+    results: list[dict[str, Any]] = []
+    async with Setup("anyrtd", work) as setup:
+        if not seed.exists():
+            recs = [(f"idle{i:06d}", every_record(IDLE_EVERY_S + i % 1000)) for i in range(args.n)]
+            await setup.write(recs, 1000)
+            first = setup.child()
+            await first.start()
+            await first.wait_size(args.n, limit_s=900.0)
+            await first.stop()
+            shutil.copytree(setup.state, seed)
+        for round_ in range(args.rounds):
+            for code in args.code or [str(REPO)]:
+                shutil.rmtree(setup.state)
+                shutil.copytree(seed, setup.state)
+                load = os.getloadavg()[0]
+                child = CodeChild(
+                    Path(code),
+                    "anyrtd",
+                    {"url": setup.url, "state": str(setup.state)},
+                    work / f"restart-{round_}-{Path(code).name}.log",
+                )
+                setup.children.append(child)
+                ready = await child.start()
+                held = await child.wait_size(args.n, limit_s=300.0)
+                row = {
+                    "round": round_,
+                    "code": code,
+                    "open_s": ready["open_s"],
+                    "start_s": ready["start_s"],
+                    "spawn_to_ready_s": ready["spawn_to_ready_s"],
+                    "cpu_to_ready_s": ready["cpu_to_ready_s"],
+                    "held_at_start": ready["size"],
+                    "held": held["size"],
+                    "load_1m_before": round(load, 2),
+                    "load_1m_after": round(os.getloadavg()[0], 2),
+                }
+                await child.stop()
+                print(json.dumps(row), flush=True)
+                results.append(row)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--n", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--work", default="/tmp/anyrtd-bench-startup")
+    parser.add_argument("--code", action="append", help="an anyrtd tree to start (repeatable)")
+    args = parser.parse_args()
+    Path(args.work).mkdir(parents=True, exist_ok=True)
+    asyncio.run(main_async(args))
+
+
+if __name__ == "__main__":
+    main()
