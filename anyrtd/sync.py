@@ -85,6 +85,8 @@ class Sync:
         self.tombstones: set[str] = set()
         self._buffer: list[Change | list[Record] | _Cursor] = []
         self._last_full: float | None = None
+        self._cut = False
+        """The last `apply_buffered` stopped at its slice's end (`pending`)."""
         self._resumed = False
         """The mirror held a feed cursor: the first full read may wait (`full_read_due`)."""
         self._server_away = False
@@ -283,8 +285,9 @@ class Sync:
 
     @property
     def pending(self) -> bool:
-        """True when changes are buffered that a tick has not applied yet."""
-        return bool(self._buffer)
+        """True when the last tick applied a slice of a burst and its rest is buffered (what
+        arrived since, this device's own writes shown back say, waits for its tick)."""
+        return self._cut and bool(self._buffer)
 
     @collector_held()  # a full read of 100,000 records: anyrtd/heap.py
     def apply_buffered(self, changes: int | None = None) -> set[str]:
@@ -300,12 +303,14 @@ class Sync:
             elif isinstance(item, Change):
                 if changes is not None and taken >= changes:
                     del self._buffer[:n]
+                    self._cut = True
                     return touched
                 taken += 1
                 touched |= self._apply_change(item)
             else:
                 touched |= self._apply_full_read(item)
         self._buffer = []
+        self._cut = False
         return touched
 
     def _apply_full_read(self, records: list[Record]) -> set[str]:
