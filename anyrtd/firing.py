@@ -19,18 +19,18 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import gc
 import logging
 import operator
 import os
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Iterable, Iterator
+from collections.abc import Callable, Coroutine, Iterable
 from pathlib import Path
 from typing import Any
 
 from anyrtd.clock import Clock
 from anyrtd.events import ChatMessage
+from anyrtd.heap import collector_held
 from anyrtd.logs import iso_time
 from anyrtd.metrics import Stats
 from anyrtd.model import TriggerDef
@@ -85,18 +85,6 @@ class TooManyRuns(Exception):
 
 Start = tuple[Entry, RunRow, dict[str, Any]]
 """A prepared run: the entry it fires, its open row, and the program's args."""
-
-
-@contextlib.contextmanager
-def _collector_held() -> Iterator[None]:
-    """Hold the cyclic garbage collector for a stretch of work without an await."""
-    held = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if held:
-            gc.enable()
 
 
 def new_run_id() -> str:
@@ -255,7 +243,7 @@ class Firing:
         if not popped:
             return None
         undo = Undo.of([entry for entry, _ in popped], self.registry)
-        with _collector_held(), self.unit.apart() as apart:
+        with collector_held(), self.unit.apart() as apart:
             starts = [
                 s
                 for entry, at in popped
@@ -269,7 +257,7 @@ class Firing:
         """Start every program of a prepared batch, before anything else is done for any of
         them: in-process programs all begin at the loop's next turn (no disk or network
         work comes between)."""
-        with _collector_held():
+        with collector_held():
             runs = [
                 self.runner.start(self._request(row, args), self._on_start(row))
                 for _, row, args in starts
