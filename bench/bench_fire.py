@@ -103,6 +103,8 @@ class Child:
         self.proc: asyncio.subprocess.Process | None = None
         self.ready: dict[str, Any] = {}
         self._seq = 0
+        self.code = REPO
+        """The tree whose `bench.fire_child` and `anyrtd` the child runs."""
 
     async def start(self, limit_s: float = 600.0) -> dict[str, Any]:
         self.proc = await asyncio.create_subprocess_exec(
@@ -111,11 +113,11 @@ class Child:
             "from bench.fire_child import main; main()",
             self.kind,
             json.dumps(self.params),
-            cwd=REPO,
+            cwd=self.code,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=self.log.open("ab"),
-            env={**os.environ, "PYTHONPATH": str(REPO)},
+            env={**os.environ, "PYTHONPATH": str(self.code)},
             limit=2**28,  # the last answer carries every sample
         )
         self.ready = await self._read(limit_s)

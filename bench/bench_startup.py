@@ -21,7 +21,6 @@ import asyncio
 import json
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -44,23 +43,10 @@ class CodeChild(Child):
 
     async def start(self, limit_s: float = 600.0) -> dict[str, Any]:
         t0 = time.perf_counter()
-        self.proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-c",
-            "from bench.fire_child import main; main()",
-            self.kind,
-            json.dumps(self.params),
-            cwd=self.code,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=self.log.open("ab"),
-            env={**os.environ, "PYTHONPATH": str(self.code)},
-            limit=2**28,
-        )
-        self.ready = await self._read(limit_s)
-        self.ready["spawn_to_ready_s"] = round(time.perf_counter() - t0, 3)
-        self.ready["cpu_to_ready_s"] = round(cpu_s(self.proc.pid), 2)
-        return self.ready
+        ready = await super().start(limit_s)
+        ready["spawn_to_ready_s"] = round(time.perf_counter() - t0, 3)
+        ready["cpu_to_ready_s"] = round(cpu_s(self.pid), 2)
+        return ready
 
 
 async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:

@@ -542,9 +542,9 @@ async def test_unknown_space_object_and_foreign_collection_are_404(api: Api) -> 
         assert resp.status_code == 404 and error_code(resp.json()) == "not_found"
 
 
-def test_a_page_without_a_sort_matches_the_sorted_query_and_reads_only_its_own_rows() -> None:
-    from anyrtd.devserver.records import compile_filter, page_by_id, run_query
-
+def _store_in_id_order() -> tuple[list[dict[str, Any]], list[str], Any]:
+    """Return records in id order, the list of ids read, and a reader from an id on (as the
+    store pages), which notes each id it reads."""
     records = [{"id": f"r{i:04d}", "bucket": i % 3} for i in range(0, 1000, 7)]
     read: list[str] = []
 
@@ -553,6 +553,14 @@ def test_a_page_without_a_sort_matches_the_sorted_query_and_reads_only_its_own_r
             if last is None or r["id"] > last:
                 read.append(r["id"])
                 yield r
+
+    return records, read, after
+
+
+def test_a_page_without_a_sort_matches_the_sorted_query_and_reads_only_its_own_rows() -> None:
+    from anyrtd.devserver.records import compile_filter, page_by_id, run_query
+
+    records, read, after = _store_in_id_order()
 
     for flt in (None, {"bucket": 1}, {"bucket": {"$in": [0, 2]}}):
         conditions = compile_filter(flt)
@@ -576,14 +584,7 @@ def test_a_page_without_a_sort_matches_the_sorted_query_and_reads_only_its_own_r
 def test_a_look_up_by_id_matches_the_sorted_query_and_reads_no_row_past_that_id() -> None:
     from anyrtd.devserver.records import compile_filter, page_by_id, run_query
 
-    records = [{"id": f"r{i:04d}", "bucket": i % 3} for i in range(0, 1000, 7)]
-    read: list[str] = []
-
-    def after(last: str | None) -> Any:
-        for r in records:
-            if last is None or r["id"] > last:
-                read.append(r["id"])
-                yield r
+    records, read, after = _store_in_id_order()
 
     for flt in (
         {"id": "r0007"},
