@@ -3,11 +3,12 @@
 The timer wakes a lead ahead of the next due time (the lead grows with the batch's size and
 the measured time of a prepare and its commit, within bounds), makes the batch durable in
 one transaction (`Firing.prepare_batch`: run rows, cron re-arms, a `once`'s consumption
-held in the outbox until the due time), sleeps until the due time and then starts every
-program of the batch with no disk or network work before the starts. The starts are
-noted in the mirror afterwards (the runs' `prepared_for` cleared, their real `startedAt`),
-in the next commit or at most `NOTE_WAIT_S` later, and the held writes are released to the
-outbox drain.
+held in the outbox until its start is noted), sleeps until the due time and then starts
+every program of the batch with no disk or network work before the starts. The starts are
+noted in the mirror afterwards (the runs' `prepared_for` cleared, their real `startedAt`,
+the held writes released to the outbox drain), in the next commit or at most
+`NOTE_WAIT_S` later. A batch already late when the timer comes to it takes the same path
+and starts as soon as its commit returns.
 
 Just before each program of such a batch starts, its run id is written to the start
 journal beside the mirror (`firing.StartJournal`): a restart after a crash tells by it a
