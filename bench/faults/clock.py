@@ -22,7 +22,6 @@ from collections import Counter
 from pathlib import Path
 
 from bench.faults.common import (
-    DaemonExited,
     Result,
     Serve,
     Server,
@@ -30,7 +29,7 @@ from bench.faults.common import (
     cron,
     duplicates,
     every,
-    kill_tagged,
+    family_run,
     marker_program,
     once,
     quiesce,
@@ -141,7 +140,7 @@ def run(work: Path, rounds: int) -> Result:
     waits: list[float] = []
     bursts: list[int] = []
     restarts = 0
-    try:
+    with family_run(result, serve, server, tag, last=lambda: set_offset(rc, 0)):
         space.put(RECURRING)
         serve.start()
         first = fired_after(started, 0, recurring, 60)
@@ -173,14 +172,8 @@ def run(work: Path, rounds: int) -> Result:
         if missing:
             result.notes.append(missing)
         serve.stop()
-    except DaemonExited as exc:
-        result.error = str(exc)
+    if result.error is not None:
         return result
-    finally:
-        serve.stop()
-        server.stop()
-        kill_tagged(tag)
-        set_offset(rc, 0)
 
     per_once = Counter(trigger for trigger, _ in noted.values())
     result.zero("duplicate (triggerId, scheduledAt)", duplicates(runs))

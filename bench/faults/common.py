@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -568,6 +568,31 @@ def kill_tagged(tag: str) -> int:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     return len(found)
+
+
+@contextlib.contextmanager
+def family_run(
+    result: Result,
+    serve: Serve,
+    server: Server,
+    tag: str,
+    *,
+    first: Callable[[], object] = lambda: None,
+    last: Callable[[], object] = lambda: None,
+) -> Iterator[None]:
+    """Run a family's rounds; however they end, stop the daemon, the devserver and every
+    program tagged `tag` (with `first` before them and `last` after). A daemon that exited
+    on its own becomes the family's error: the caller returns `result` when it is set."""
+    try:
+        yield
+    except DaemonExited as exc:
+        result.error = str(exc)
+    finally:
+        first()
+        serve.stop()
+        server.stop()
+        kill_tagged(tag)
+        last()
 
 
 def load() -> str:

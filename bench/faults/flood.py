@@ -21,13 +21,12 @@ import aiohttp
 import httpx
 
 from bench.faults.common import (
-    DaemonExited,
     Result,
     Serve,
     Server,
     Space,
     every,
-    kill_tagged,
+    family_run,
     marker_program,
     once,
     percentile,
@@ -122,7 +121,7 @@ def run(work: Path, rounds: int) -> Result:
     onces: list[str] = []
     phases: dict[str, tuple[float, float]] = {}
     figures: dict[str, Any] = {}
-    try:
+    with family_run(result, serve, server, tag):
         for n in range(80):  # enough records that each GET /triggers does some work
             space.put({f"idle-{n:02d}": every(3600, MARK)})
         space.put({"tick1": every(1, MARK, maxConsecutiveFailures=3)})
@@ -165,13 +164,8 @@ def run(work: Path, rounds: int) -> Result:
         if missing:
             result.notes.append(missing)
         serve.stop()
-    except DaemonExited as exc:
-        result.error = str(exc)
+    if result.error is not None:
         return result
-    finally:
-        serve.stop()
-        server.stop()
-        kill_tagged(tag)
 
     def lags(phase: str) -> list[float]:
         lo, hi = phases[phase]

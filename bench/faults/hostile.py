@@ -18,14 +18,13 @@ from collections import Counter
 from pathlib import Path
 
 from bench.faults.common import (
-    DaemonExited,
     Result,
     Serve,
     Server,
     Space,
     every,
+    family_run,
     fd_count,
-    kill_tagged,
     marker_program,
     process_key,
     quiesce,
@@ -79,7 +78,7 @@ def run(work: Path, rounds: int) -> Result:
     }
     fds: list[int] = []
     zombies: list[int] = []
-    try:
+    with family_run(result, serve, server, tag):
         serve.start()
         pid = serve.pid
         assert pid is not None
@@ -107,13 +106,8 @@ def run(work: Path, rounds: int) -> Result:
         fds_after = fd_count(pid)
         metrics = serve.get_text("/metrics")
         serve.stop()
-    except DaemonExited as exc:
-        result.error = str(exc)
+    if result.error is not None:
         return result
-    finally:
-        serve.stop()
-        server.stop()
-        kill_tagged(tag)
 
     recorded = {r.get("runId") for r in runs}
     kinds = Counter(trigger.rsplit("-", 1)[0] for trigger, _ in noted.values())

@@ -22,7 +22,6 @@ from collections import Counter
 from pathlib import Path
 
 from bench.faults.common import (
-    DaemonExited,
     Result,
     Serve,
     Server,
@@ -31,8 +30,8 @@ from bench.faults.common import (
     cron,
     duplicates,
     every,
+    family_run,
     integrity,
-    kill_tagged,
     marker_program,
     once,
     quiesce,
@@ -78,7 +77,7 @@ def run(work: Path, rounds: int, seed: int = 15) -> Result:
     leftovers: set[tuple[int, str]] = set()
     bad_integrity: list[str] = []
     exits: Counter[str] = Counter()
-    try:
+    with family_run(result, serve, server, tag):
         space.put(RECURRING)
         for n in range(rounds):
             now = time.time()
@@ -122,13 +121,8 @@ def run(work: Path, rounds: int, seed: int = 15) -> Result:
         verdict = integrity(serve.mirror)
         if verdict != "ok":
             bad_integrity.append(f"after the last stop: {verdict}")
-    except DaemonExited as exc:
-        result.error = str(exc)
+    if result.error is not None:
         return result
-    finally:
-        serve.stop()
-        server.stop()
-        kill_tagged(tag)
 
     per_once = Counter(r.get("triggerId") for r in runs if r.get("triggerId") in set(onces))
     recorded = {r.get("runId") for r in runs}

@@ -14,7 +14,6 @@ from collections import Counter
 from pathlib import Path
 
 from bench.faults.common import (
-    DaemonExited,
     Result,
     Serve,
     Server,
@@ -22,8 +21,8 @@ from bench.faults.common import (
     cron,
     duplicates,
     every,
+    family_run,
     free_port,
-    kill_tagged,
     marker_program,
     once,
     quiesce,
@@ -62,7 +61,7 @@ def run(work: Path, rounds: int, outage_s: float | None = None) -> Result:
     onces: list[str] = []
     restarts: Counter[str] = Counter()
     down_s = 0.0
-    try:
+    with family_run(result, serve, server, tag):
         space.put(RECURRING)
         serve.start()
         wait_for(lambda: len(started_runs(started)) >= 3, 30, "the first runs")
@@ -96,13 +95,8 @@ def run(work: Path, rounds: int, outage_s: float | None = None) -> Result:
         if missing:
             result.notes.append(missing)
         serve.stop()
-    except DaemonExited as exc:
-        result.error = str(exc)
+    if result.error is not None:
         return result
-    finally:
-        serve.stop()
-        server.stop()
-        kill_tagged(tag)
 
     per_once = Counter(r.get("triggerId") for r in runs)
     result.zero("runs lost (no record)", len(set(noted) - {r.get("runId") for r in runs}))

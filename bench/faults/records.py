@@ -22,14 +22,13 @@ from typing import Any
 import httpx
 
 from bench.faults.common import (
-    DaemonExited,
     Result,
     Serve,
     Server,
     Space,
     cron,
     every,
-    kill_tagged,
+    family_run,
     marker_program,
     percentile,
 )
@@ -140,7 +139,7 @@ def run(work: Path, rounds: int) -> Result:
     space = Space(server.url)
     prober = Prober(serve)
     sizes: list[int] = []
-    try:
+    with family_run(result, serve, server, tag, first=prober.stop.set):
         space.put({"good1": every(1, MARK), "good-cron": cron("* * * * * *", MARK)})
         serve.start()
         where = space.dataset()
@@ -170,14 +169,8 @@ def run(work: Path, rounds: int) -> Result:
         listed = serve.get("/triggers")
         runs = space.runs()
         serve.stop()
-    except DaemonExited as exc:
-        result.error = str(exc)
+    if result.error is not None:
         return result
-    finally:
-        prober.stop.set()
-        serve.stop()
-        server.stop()
-        kill_tagged(tag)
 
     window = [(t, s) for t, s in prober.latencies if began <= t <= ended + 10]
     baseline = [s for t, s in prober.latencies if calm <= t < began]
