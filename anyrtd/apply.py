@@ -3,6 +3,11 @@
 `reconcile` (pure) says what to do with each trigger; `Apply` does it: adopts, claims,
 confirms, refreshes, toggles, evicts and marks entries, and queues the writes each of
 those owes (entry rows, owner stamps, markers) in the step's unit of work.
+
+A reconcile of every id (after a start, a new verdict or peer id, or when claiming
+resumes) is spread over the ticks that follow, `SPREAD_SLICE` ids a tick (`spread`,
+`step`); the ids that changed are reconciled at once, and an entry that comes due before
+the spread reached it is reconciled as it comes due (`Registry.settle`).
 """
 
 from __future__ import annotations
@@ -12,9 +17,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
 from anyrtd.claims import Fence
+from anyrtd.clock import Clock, SystemClock
 from anyrtd.heap import collector_held
 from anyrtd.metrics import Stats
-from anyrtd.model import TriggerDef, health_marker
+from anyrtd.model import Malformed, TriggerDef, health_marker, stand_in
 from anyrtd.reconcile import (
     Adopt,
     Confirm,
@@ -36,6 +42,10 @@ from anyrtd.vocab import Kind, LastStatus, RollupField, Verdict
 
 log = logging.getLogger("anyrtd.daemon")
 
+SPREAD_SLICE = 2000
+"""Ids a tick reconciles of a reconcile of every id: at 100,000 records, whose definitions
+are parsed as they are reconciled, about 40 ms a tick (docs/benchmarks.md)."""
+
 
 class Apply:
     """Carries out reconcile plans on the registry; remembers the claims not yet confirmed."""
@@ -51,6 +61,7 @@ class Apply:
         fence: Fence | None = None,
         unfenced: Callable[[str], bool] = lambda _rid: False,
         cancel: Callable[[str], None] = lambda _rid: None,
+        clock: Clock | None = None,
     ) -> None:
         self.registry = registry
         self.records = records
@@ -63,9 +74,19 @@ class Apply:
         """Ids whose stamp carries no fencing token: chat-watch moves with the role on purpose."""
         self.cancel = cancel
         """Cancels the run prepared ahead for a trigger, if any, before its entry changes."""
+        self.clock: Clock = clock or SystemClock()
         self.unconfirmed: set[str] = set()
         """Claimed entries waiting for their stamp to come back: reconciled every tick."""
         self._malformed_logged: dict[str, int | None] = {}
+        self._todo: list[str] = []
+        """The ids of a spread reconcile of every id not reconciled yet (last first)."""
+        self._spread_verdict: str | None = None
+        self._as: tuple[str, str] | None = None
+        """The verdict and peer id of the last step: what an entry due is settled under."""
+        self._pull_back: set[str] = set()
+        """Restored recurring entries whose check for a clock stepped back is owed: made at
+        their first reconcile, which reads their definitions."""
+        registry.settle = self._settle
 
     @collector_held()  # 100,000 entries at start: anyrtd/heap.py
     def restore(
@@ -77,51 +98,112 @@ class Apply:
         from `now` (armed under a wall clock since stepped back) is re-armed from `now`; the
         last occurrence each fired (`last_fired`) is not fired again."""
         for row in rows:
-            defn = self.records.parsed.get(row.trigger_id)
-            if not isinstance(defn, TriggerDef):
-                self.unit.evict(row.trigger_id)
+            rid = row.trigger_id
+            if rid not in self.records:
+                self.unit.evict(rid)
                 continue
-            if defn.kind == Kind.ONCE and row.consumed and defn.rollup.last_run_at is None:
-                # The mirror's record predates this device's consumption write, which the
-                # server took (the outbox no longer holds it) but which was not read back
-                # before the restart: hold it until the server shows a newer version, or the
-                # reconcile would take the stale record for a rewrite and fire the shot again.
-                consumed = {RollupField.LAST_RUN_AT.value: row.armed_at, "enabled": False}
-                self.records.hold(defn.id, consumed)
-                held = self.records.parsed.get(defn.id)
-                defn = held if isinstance(held, TriggerDef) else defn
-            # Share the definition's strings rather than keep the row's copies of them.
-            row.trigger_id, row.kind = defn.id, defn.kind
-            if row.fingerprint == defn.fingerprint:
-                row.fingerprint = defn.fingerprint
-            entry = Entry(defn, row)
+            if row.kind == Kind.ONCE and row.consumed:
+                defn = self.records.parsed.get(rid)
+                if not isinstance(defn, TriggerDef):
+                    self.unit.evict(rid)
+                    continue
+                if defn.rollup.last_run_at is None:
+                    # The mirror's record predates this device's consumption write, which
+                    # the server took (the outbox no longer holds it) but which was not read
+                    # back before the restart: hold it until the server shows a newer
+                    # version, or the reconcile would take the stale record for a rewrite
+                    # and fire the shot again.
+                    consumed = {RollupField.LAST_RUN_AT.value: row.armed_at, "enabled": False}
+                    self.records.hold(rid, consumed)
+            # Its definition is parsed when first needed (a fire, a reconcile, a view).
+            entry = Entry.restored(row, self._definition)
             if row.claimed_at is not None:
-                self.unconfirmed.add(entry.id)
+                self.unconfirmed.add(rid)
             self.registry.put(entry)
-            stored = row.next_fire
-            missed = defn.kind == Kind.CRON and (row.next_fire is None or row.next_fire <= now)
-            if missed or (defn.kind == Kind.ONCE and not row.consumed):
+            missed = row.kind == Kind.CRON and (row.next_fire is None or row.next_fire <= now)
+            if missed or (row.kind == Kind.ONCE and not row.consumed):
                 # A missed cron occurrence does not exist: re-arm strictly forward, no burst,
                 # and say so in the mirror at once (its `scheduled_next` view reads the row).
                 before = row.next_fire
-                self.registry.arm(entry, now)
+                self.registry.arm(entry, now)  # reads the definition only if it may fire
                 if row.next_fire != before:
                     self.unit.save(row)
-            elif self.registry.pull_back(entry, now):
+            elif row.kind == Kind.CRON:
+                self._pull_back.add(rid)
+            if row.kind == Kind.CRON and (at := last_fired.get(rid)) is not None:
+                self.registry.last_fired[rid] = at
+
+    def _definition(self, row: EntryRow) -> TriggerDef:
+        """Return the definition of a restored entry's record, parsed now."""
+        defn = self.records.parsed.get(row.trigger_id)
+        if not isinstance(defn, TriggerDef):
+            # Its reconcile evicts it, before it comes due (`Registry.settle`).
+            why = defn.reason if isinstance(defn, Malformed) else "its record is gone"
+            return stand_in(row.trigger_id, row.kind, row.fingerprint, why)
+        _share(row, defn)
+        return defn
+
+    def _pulled_back(self, ids: Iterable[str], now: float) -> None:
+        """Re-arm from `now` the restored entries among `ids` armed further ahead than their
+        schedule allows (under a wall clock since stepped back)."""
+        for rid in ids:
+            entry = self.registry.get(rid)
+            if entry is None:
+                continue
+            stored = entry.row.next_fire
+            if self.registry.pull_back(entry, now):
                 log.warning(
                     "%s was armed %.0f s ahead of its schedule (the wall clock stepped back): "
                     "re-armed from now",
-                    defn.id,
-                    (stored or now) - (row.next_fire or now),
-                    extra={"trigger": defn.id},
+                    rid,
+                    (stored or now) - (entry.row.next_fire or now),
+                    extra={"trigger": rid},
                 )
-                self.unit.save(row)
-            if defn.kind == Kind.CRON and (at := last_fired.get(defn.id)) is not None:
-                self.registry.last_fired[defn.id] = at
+                self.unit.save(entry.row)
+
+    def spread(self, ids: Iterable[str], verdict: str) -> None:
+        """Begin a reconcile of every id in `ids` (one begun before starts again), spread
+        over the coming steps; the event entries come first (a chat message fires them)."""
+        todo = set(ids)
+        self.registry.unsettled = todo
+        self._todo = [*todo, *(todo & self.registry.events)]
+        self._spread_verdict = verdict
+        if verdict == Verdict.PRUNED:  # the next start takes a new identity (`Sync.restore`)
+            self.unit.meta({"verdict": verdict})
+
+    @property
+    def spreading(self) -> bool:
+        """Whether a spread reconcile has ids left for the next step (there is a peer id)."""
+        return bool(self._todo) and self._as is not None
+
+    def step(self, ids: Iterable[str], now: float, verdict: str, peer_id: str) -> set[str]:
+        """Reconcile `ids` (what changed) and the next slice of a spread reconcile; return
+        every id reconciled. The verdict is noted in the mirror once a spread is done: the
+        mirror then holds a whole reconcile under it (`Daemon.open`)."""
+        ids = set(ids)
+        self._as = (verdict, peer_id)
+        todo, unsettled, taken = self._todo, self.registry.unsettled, 0
+        while todo and taken < SPREAD_SLICE:
+            rid = todo.pop()
+            if rid in unsettled and rid not in ids:
+                ids.add(rid)
+                taken += 1
+        self.reconcile(ids, now, verdict, peer_id)
+        if not todo and self._spread_verdict is not None:
+            unsettled.clear()
+            self.unit.meta({"verdict": self._spread_verdict})
+            self._spread_verdict = None
+        return ids
+
+    def _settle(self, ids: list[str], due: float) -> None:
+        """Reconcile entries due at `due` that a spread reconcile has not reached yet."""
+        if self._as is not None:
+            self.reconcile(ids, min(due, self.clock.now()), *self._as)
 
     @collector_held()  # every id after a restart or a new verdict: anyrtd/heap.py
     def reconcile(self, ids: Iterable[str], now: float, verdict: str, peer_id: str) -> None:
         """Reconcile `ids` and apply the plan."""
+        ids = ids if isinstance(ids, set | frozenset | list | tuple) else list(ids)
         # The rows themselves, not copies: the plan is made before any action changes one.
         entries = self.registry.entries
         views: dict[str, EntryFacts] = {rid: entries[rid].row for rid in ids if rid in entries}
@@ -139,6 +221,11 @@ class Apply:
         plan = reconcile(ids, self.records.parsed, views, ctx, self.records.pending_owner())
         for action in plan:
             self.apply(action, now, peer_id)
+        if self.registry.unsettled:
+            self.registry.unsettled.difference_update(ids)
+        if owed := self._pull_back.intersection(ids):
+            self._pull_back -= owed
+            self._pulled_back(owed, now)
 
     def apply(self, action: object, now: float, peer_id: str) -> None:
         """Carry out one action of a plan."""
@@ -163,7 +250,7 @@ class Apply:
                 self.unit.save(entry.row)
                 why = (
                     "definition changed"
-                    if old is None or old.defn.fingerprint != defn.fingerprint
+                    if old is None or old.row.fingerprint != defn.fingerprint
                     else (
                         "consumed" if entry.row.consumed else "lastRunAt cleared, the shot re-armed"
                     )
@@ -175,6 +262,7 @@ class Apply:
                 entry = self.registry.get(defn.id)
                 if entry is not None:
                     entry.defn = defn
+                    _share(entry.row, defn)
             case Evict(id=rid, reason=reason):
                 self.cancel(rid)
                 if self.registry.remove(rid) is not None:
@@ -252,4 +340,12 @@ class Apply:
         log.info("%s %s", "enabled" if enabled else "disabled", defn.id, extra={"trigger": defn.id})
 
 
-__all__ = ["Apply"]
+def _share(row: EntryRow, defn: TriggerDef) -> None:
+    """Let `row` share the definition's strings rather than keep its own copies of them."""
+    if row.trigger_id == defn.id and row.kind == defn.kind:
+        row.trigger_id, row.kind = defn.id, defn.kind
+    if row.fingerprint == defn.fingerprint:
+        row.fingerprint = defn.fingerprint
+
+
+__all__ = ["SPREAD_SLICE", "Apply"]

@@ -101,6 +101,7 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
             fence=self.fence,
             unfenced=lambda rid: rid == self.role.chat_watch_id,
             cancel=lambda rid: self.timer.cancel(rid),  # a prepared run of a changed trigger
+            clock=self.clock,
         )
         self.firing = Firing(
             registry=self.registry,
@@ -291,25 +292,20 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
         verdict = self.gate.verdict
         if self.fence.follow(verdict == Verdict.ACTIVE, self.gate.term, now):
             self._reconciled_as = (None, None)  # claiming may start or resume: reconcile all
-        ids: set[str]
-        if (verdict, self.peer_id) != self._reconciled_as:
+        if (verdict, self.peer_id) != self._reconciled_as:  # every id, over the next ticks
             self._reconciled_as = (verdict, self.peer_id)
-            self.unit.meta({"verdict": verdict})
-            ids = set(self.records.ids()) | set(self.registry.entries)
-            self._dirty.clear()
-        else:
-            ids = self._dirty | self.apply.unconfirmed
-            self._dirty = set()
+            self.apply.spread(set(self.records.ids()) | set(self.registry.entries), verdict)
+        ids, self._dirty = self._dirty | self.apply.unconfirmed, set()
         if (peer := self.peer_id) is not None:
             self.role.follow_verdict(verdict, now, peer)
-            self.apply.reconcile(ids, now, verdict, peer)
+            ids = self.apply.step(ids, now, verdict, peer)  # and a slice of every id
             self.role.refresh_standing(ids, now, peer)
             self.role.hand_off(self.fence, now)
         await self.unit.commit_step(now)  # a full disk is waited out; a lock stalls the tick
         self.role.tend_chat_watch()
         self.timer.rearm.set()
         self._outbox_kick.set()
-        if self.sync_stage.pending:  # the rest of a burst: the next tick, after the timer's turn
+        if self.sync_stage.pending or self.apply.spreading:  # the next tick, after the timer's
             self._wake.set()
         self.stats.ticks += 1
         self.last_tick_at = now

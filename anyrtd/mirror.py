@@ -380,11 +380,12 @@ class Mirror:
             last_fired = {tid: at for tid, at in fired}
         return Snapshot(entries, tombs, meta, last_fired)
 
-    def record_texts(self, after: str = "", limit: int = 5000) -> list[tuple[str, str]]:
-        """Return a page of (id, record JSON text) with ids after `after`, in id order."""
+    def record_texts(self, after: str = "", limit: int = 5000) -> list[tuple[str, int | None, str]]:
+        """Return a page of (id, version, record JSON text) with ids after `after`, in id
+        order."""
         with self.engine.connect() as conn:
             rows = conn.exec_driver_sql(_RECORD_TEXTS, (after, limit))
-            return [(rid, text) for rid, text in rows]
+            return [(rid, version, text) for rid, version, text in rows]
 
     def open_runs(self) -> list[RunRow]:
         with self.engine.connect() as conn:
@@ -620,7 +621,7 @@ _RUN_COLS = tuple(c.name for c in runs_table.c)
 
 _ENTRY_FIELDS = tuple(f.name for f in fields(EntryRow))
 _SELECT_ENTRIES = f"SELECT {', '.join(_ENTRY_FIELDS)} FROM entries"
-_RECORD_TEXTS = "SELECT id, record FROM trigger_records WHERE id > ? ORDER BY id LIMIT ?"
+_RECORD_TEXTS = "SELECT id, version, record FROM trigger_records WHERE id > ? ORDER BY id LIMIT ?"
 _BOOL_AT = tuple(i for i, f in enumerate(fields(EntryRow)) if f.type in (bool, "bool"))
 
 

@@ -50,6 +50,7 @@ __all__ = [
     "once_at",
     "parse_record",
     "spec_error",
+    "stand_in",
     "with_runtime",
     "with_version",
 ]
@@ -471,6 +472,27 @@ def with_runtime(
         version=defn.version,
         fingerprint=defn.fingerprint,
         schedule=defn.schedule,
+    )
+
+
+def stand_in(rid: str, kind: str, fingerprint: str, reason: str) -> TriggerDef:
+    """Return a disabled definition that can never fire, for an entry whose record no longer
+    parses (or is gone) when its definition is first read: its reconcile evicts it."""
+    return TriggerDef(
+        id=rid,
+        name=rid,
+        kind=_KIND_OF.get(kind, Kind.CRON),
+        spec=_EMPTY,
+        program="",
+        args=_EMPTY,
+        owner="",
+        enabled=False,
+        limits=_EMPTY,
+        max_consecutive_failures=DEFAULT_MAX_CONSECUTIVE_FAILURES,
+        rollup=_NO_ROLLUP,
+        version=None,
+        fingerprint=fingerprint,
+        schedule=InvalidSchedule(f"the record does not parse: {reason}"),
     )
 
 

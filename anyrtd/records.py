@@ -3,13 +3,15 @@ writes that the server has not shown back yet (the overlay).
 
 Only the parsed definitions stay in memory. The JSON text of the server's record is kept
 just where a parsed definition cannot stand in for it: under an overlay (so the server's
-view can be restored when the overlay goes) and for a malformed record.
+view can be restored when the overlay goes) and for a malformed record, and for a record
+read back from the mirror until it is first read (`parsed` parses it then): a start-up
+from 100,000 records parses none of them before it is ready.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,12 +63,44 @@ def _dumps(record: Mapping[str, Any]) -> str:
     return json.dumps(record, separators=(",", ":"))
 
 
+class Parsed(Mapping[str, "TriggerDef | Malformed"]):
+    """The parsed definition of every record in a cache; a record read back from the mirror
+    is parsed when it is first read, here."""
+
+    __slots__ = ("_cache",)
+
+    def __init__(self, cache: RecordCache) -> None:
+        self._cache = cache
+
+    def __getitem__(self, rid: str) -> TriggerDef | Malformed:
+        done = self._cache._parsed.get(rid)
+        return done if done is not None else self._cache._parse_loaded(rid)
+
+    def get(self, rid: str, default: Any = None) -> Any:
+        done = self._cache._parsed.get(rid)
+        if done is not None:
+            return done
+        return self._cache._parse_loaded(rid) if rid in self._cache._loaded else default
+
+    def __contains__(self, rid: object) -> bool:
+        return rid in self._cache._parsed or rid in self._cache._loaded
+
+    def __iter__(self) -> Iterator[str]:
+        return (rid for rid in self._cache.ids() if rid in self)
+
+    def __len__(self) -> int:
+        return len(self._cache._parsed) + len(self._cache._loaded)
+
+
 class RecordCache:
     """Trigger records by id: versions, parsed definitions, and this device's overlays."""
 
     def __init__(self) -> None:
         self._version: dict[str, int] = {}
-        self.parsed: dict[str, TriggerDef | Malformed] = {}
+        self._parsed: dict[str, TriggerDef | Malformed] = {}
+        self._loaded: dict[str, str] = {}
+        """The JSON text of each record read back from the mirror and not parsed yet."""
+        self.parsed = Parsed(self)
         self._base: dict[str, str | TriggerDef] = {}
         """The server's view under an overlay, or of a malformed record: its JSON text, or
         the parsed definition it was before this device's first write (turned into a record
@@ -102,14 +136,14 @@ class RecordCache:
         if rid in self._version and self._version[rid] >= v and v:
             return None
         overlay = self._overlay.get(rid)
-        parsed = self.parsed.get(rid)
+        parsed = self._parsed.get(rid)  # under an overlay, parsed: `write` read it
         if overlay is not None and overlay.echoed_by(v) and isinstance(parsed, TriggerDef):
             # This device's own writes shown back, on the record it had: the definition is
             # the one already held (the overlay laid over it), at the new version.
             self._version[rid] = v
             del self._overlay[rid]
             self._base.pop(rid, None)
-            self.parsed[rid] = with_version(parsed, v)
+            self._parsed[rid] = with_version(parsed, v)
             return rid
         self._version[rid] = v
         if overlay is not None and overlay.outstanding == 0 and v >= overlay.acked_version:
@@ -148,6 +182,30 @@ class RecordCache:
         for text, record in zip(texts, records, strict=True):
             self._load(text, record)
 
+    def load_texts(self, rows: Iterable[tuple[str, int | None, str]]) -> None:
+        """Store records read back from the mirror as (id, version, JSON text) without parsing
+        them: each is parsed when it is first read (`parsed`)."""
+        for rid, version, text in rows:
+            self._version[rid] = version or 0
+            self._parsed.pop(rid, None)
+            self._loaded[rid] = text
+
+    def _parse_loaded(self, rid: str) -> TriggerDef | Malformed:
+        """Parse the record of `rid` read back from the mirror (KeyError when there is none)."""
+        text = self._loaded[rid]
+        try:
+            record = json.loads(text)
+        except ValueError:
+            record = None
+        if not isinstance(record, dict):
+            del self._loaded[rid]
+            why = "the mirror's copy of the record is not a JSON object; anyrtd db rebuild"
+            bad = self._parsed[rid] = Malformed(rid, why, self._version.get(rid))
+            self._base[rid] = _dumps({"id": rid})
+            return bad
+        self._store(rid, record, text)
+        return self._parsed[rid]
+
     def _load(self, text: str, record: Any) -> None:
         rid = record.get("id") if isinstance(record, dict) else None
         if not isinstance(rid, str) or not rid:
@@ -159,7 +217,8 @@ class RecordCache:
     def drop(self, rid: str) -> bool:
         """Forget a deleted record; return True if it was known."""
         self._overlay.pop(rid, None)
-        self.parsed.pop(rid, None)
+        self._parsed.pop(rid, None)
+        self._loaded.pop(rid, None)
         self._base.pop(rid, None)
         return self._version.pop(rid, None) is not None
 
@@ -186,7 +245,7 @@ class RecordCache:
             # core alone: lay them over the parsed definition instead of parsing it all again.
             quick = with_runtime(parsed, fields, unset) if isinstance(parsed, TriggerDef) else None
             if quick is not None:
-                self.parsed[rid] = quick
+                self._parsed[rid] = quick
             else:
                 self._store(rid, *self._base_record(rid))
 
@@ -240,13 +299,14 @@ class RecordCache:
             return
         self._overlay.pop(rid, None)
         self._base.pop(rid, None)
-        self.parsed.pop(rid, None)
+        self._parsed.pop(rid, None)
         if mark.overlay is not None:
             self._overlay[rid] = mark.overlay
         if mark.base is not None:
             self._base[rid] = mark.base
         if mark.parsed is not None:
-            self.parsed[rid] = mark.parsed
+            self._loaded.pop(rid, None)
+            self._parsed[rid] = mark.parsed
 
     def pending_owner(self) -> set[str]:
         """Return the ids whose owner stamp this device wrote and has not seen back."""
@@ -262,16 +322,17 @@ class RecordCache:
 
     def _store(self, rid: str, record: dict[str, Any], text: str | None) -> None:
         """Parse the server's `record` under the overlay; keep its text only where needed."""
+        self._loaded.pop(rid, None)
         overlay = self._overlay.get(rid)
         if overlay is not None:
             self._base[rid] = text if text is not None else _dumps(record)
             merged = {**record, **overlay.fields}
             for key in overlay.unset:
                 merged.pop(key, None)
-            self.parsed[rid] = parse_record(merged)
+            self._parsed[rid] = parse_record(merged)
             return
         parsed = parse_record(record)
-        self.parsed[rid] = parsed
+        self._parsed[rid] = parsed
         if isinstance(parsed, Malformed):
             self._base[rid] = text if text is not None else _dumps(record)
         else:

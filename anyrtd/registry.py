@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from anyrtd.model import TriggerDef, health_marker, once_at
@@ -11,17 +12,49 @@ from anyrtd.schedule import once_due
 from anyrtd.vocab import Kind
 
 
-@dataclass(slots=True)
 class Entry:
-    """One adopted trigger: its definition, its persisted state and what runs now."""
+    """One adopted trigger: its definition, its persisted state and what runs now.
 
-    defn: TriggerDef
-    row: EntryRow
-    running: int = 0
+    An entry restored from the mirror's row (`Entry.restored`) reads its definition from
+    the record cache when it is first asked for it (`defn`), not at start.
+    """
+
+    __slots__ = ("_defn", "_source", "row", "running")
+
+    def __init__(self, defn: TriggerDef, row: EntryRow, running: int = 0) -> None:
+        self._defn: TriggerDef | None = defn
+        self._source: Callable[[EntryRow], TriggerDef] | None = None
+        self.row = row
+        self.running = running
+
+    @classmethod
+    def restored(cls, row: EntryRow, source: Callable[[EntryRow], TriggerDef]) -> Entry:
+        """Return the entry of `row` whose definition `source` gives when first needed."""
+        entry = cls.__new__(cls)
+        entry._defn, entry._source, entry.row, entry.running = None, source, row, 0
+        return entry
+
+    @property
+    def defn(self) -> TriggerDef:
+        defn = self._defn
+        if defn is None:
+            assert self._source is not None
+            defn = self._defn = self._source(self.row)
+            self._source = None
+        return defn
+
+    @defn.setter
+    def defn(self, defn: TriggerDef) -> None:
+        self._defn, self._source = defn, None
+
+    @property
+    def kind(self) -> str:
+        """The definition's kind, without reading a definition not read yet."""
+        return self.row.kind if self._defn is None else self._defn.kind
 
     @property
     def id(self) -> str:
-        return self.defn.id
+        return self.row.trigger_id
 
     @property
     def confirmed(self) -> bool:
@@ -70,6 +103,12 @@ class Registry:
     """The scheduledAt of each recurring entry's last fired occurrence: a wall clock stepped
     back re-arms the entries from the new time, and this keeps that occurrence from firing
     twice."""
+    unsettled: set[str] = field(default_factory=set)
+    """Ids whose reconcile of every id, spread over the ticks after a start or a new verdict,
+    has not come yet (`apply.Apply.spread`)."""
+    settle: Callable[[list[str], float], None] | None = None
+    """Reconciles unsettled ids at once (with `now`): `pop_due` calls it on the due ones, so
+    nothing fires from an entry the reconcile has not looked at since."""
     _heap: list[tuple[float, str]] = field(default_factory=list)
 
     def __len__(self) -> int:
@@ -83,7 +122,7 @@ class Registry:
 
     def put(self, entry: Entry) -> None:
         self.entries[entry.id] = entry
-        if entry.defn.kind == "event":
+        if entry.kind == Kind.EVENT:
             self.events.add(entry.id)
         else:
             self.events.discard(entry.id)
@@ -104,7 +143,7 @@ class Registry:
         """Re-arm a recurring `entry` from `now` when its next fire is further ahead than its
         schedule allows from `now` (armed under a wall clock since stepped back); return
         whether it moved."""
-        if entry.defn.kind != Kind.CRON or entry.row.next_fire is None:
+        if entry.kind != Kind.CRON or entry.row.next_fire is None:
             return False
         if entry.row.armed_at > now:  # an every_s grid anchored under the later clock
             entry.row.armed_at = now
@@ -140,16 +179,24 @@ class Registry:
     def count_due(self, at: float) -> int:
         """Return about how many entries are due at or before `at` (stale heap items count
         too): a walk of the heap's top, not of all of it."""
-        heap, count, todo = self._heap, 0, [0]
+        return len(self._top(at))
+
+    def _top(self, at: float) -> list[tuple[float, str]]:
+        """Return the heap's items due at or before `at`, stale ones too, in no order."""
+        heap, out, todo = self._heap, [], [0]
         while todo:
             i = todo.pop()
             if i < len(heap) and heap[i][0] <= at:
-                count += 1
+                out.append(heap[i])
                 todo += (2 * i + 1, 2 * i + 2)
-        return count
+        return out
 
     def pop_due(self, now: float) -> list[tuple[Entry, float]]:
         """Remove and return every (entry, due time) whose due time is at or before `now`."""
+        if self.unsettled and self.settle is not None:
+            ids = [tid for _, tid in self._top(now) if tid in self.unsettled]
+            if ids:
+                self.settle(ids, now)
         out: list[tuple[Entry, float]] = []
         seen: set[str] = set()
         while self._heap and self._heap[0][0] <= now:

@@ -116,14 +116,14 @@ class Sync:
         ahead = asyncio.create_task(db.call(Mirror.record_texts))
         try:
             while page := await ahead:
-                # A page at a time: the texts of 100,000 records never sit in memory
-                # together. The mirror's thread reads the next page while this one is parsed.
+                # A page at a time; the mirror's thread reads the next page while this one
+                # is stored. Each record is parsed when first read (anyrtd/records.py).
                 ahead = asyncio.create_task(
                     db.call(functools.partial(Mirror.record_texts, after=page[-1][0]))
                 )
                 await asyncio.sleep(0)  # let the read start
                 with collector_held():  # the cache outlives the start: see anyrtd/heap.py
-                    self.records.load_many([text for _, text in page])
+                    self.records.load_texts(page)
         finally:
             ahead.cancel()  # done unless the parse failed
         for item in await db.call(lambda m: m.outbox_pending(1_000_000)):
