@@ -116,6 +116,10 @@ class RecordCache:
     def ids(self) -> Iterator[str]:
         return iter(list(self._version))
 
+    def unparsed(self) -> int:
+        """Return how many records read back from the mirror have not been parsed yet."""
+        return len(self._loaded)
+
     def version(self, rid: str) -> int | None:
         return self._version.get(rid)
 
