@@ -1,6 +1,7 @@
 """Start-up from a mirror, timed again and again from the same mirror (issue 13's target).
 
     python -m bench.bench_startup --n 100000 --rounds 2 [--work DIR] [--code DIR ...]
+        [--py-spy DIR]
 
 Seeds `n` daily interval triggers pinned to the device on a devserver, lets a daemon adopt
 them once (the mirror they leave is kept), then restarts a daemon from a fresh copy of that
@@ -11,7 +12,9 @@ idle scenario does, `open_s` (`Daemon.open`) and `start_s` (open + `Daemon.start
 first full read and tick, until the daemon is ready), and beside them the time from the
 process's spawn until it answered ready, the CPU the process had used by then (imports
 included) and the load average. With `--work` the devserver's records and the seeded
-mirror are kept there and reused by the next run.
+mirror are kept there and reused by the next run. With `--py-spy DIR` each restart is
+sampled from its spawn until it is ready (`DIR/restart-ROUND-TREE.txt`, raw collapsed
+stacks for `python -m bench.profile_summary`).
 """
 
 from __future__ import annotations
@@ -25,7 +28,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.bench_fire import IDLE_EVERY_S, REPO, Child, Setup, every_record
+from bench.bench_fire import (
+    IDLE_EVERY_S,
+    REPO,
+    Child,
+    Setup,
+    every_record,
+    start_py_spy,
+    stop_py_spy,
+)
 
 
 def cpu_s(pid: int) -> float:
@@ -37,13 +48,25 @@ def cpu_s(pid: int) -> float:
 class CodeChild(Child):
     """A bench child run from another anyrtd tree (`code`)."""
 
-    def __init__(self, code: Path, *args: Any) -> None:
+    def __init__(self, code: Path, *args: Any, py_spy: Path | None = None) -> None:
         super().__init__(*args)
         self.code = code
+        self.py_spy = py_spy
 
     async def start(self, limit_s: float = 600.0) -> dict[str, Any]:
         t0 = time.perf_counter()
-        ready = await super().start(limit_s)
+        starting = asyncio.create_task(super().start(limit_s))
+        spy = None
+        if self.py_spy is not None:
+            while self.proc is None and not starting.done():  # noqa: ASYNC110 (a turn or two)
+                await asyncio.sleep(0.001)
+            if self.proc is not None:
+                spy = start_py_spy(self.pid, self.py_spy)
+        try:
+            ready = await starting
+        finally:
+            if spy is not None:
+                stop_py_spy(spy)
         ready["spawn_to_ready_s"] = round(time.perf_counter() - t0, 3)
         ready["cpu_to_ready_s"] = round(cpu_s(self.pid), 2)
         return ready
@@ -53,6 +76,7 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
     work = Path(args.work)
     seed = work / "state.seed"
     results: list[dict[str, Any]] = []
+    codes, trees = args.code, args.trees
     async with Setup("anyrtd", work) as setup:
         if not seed.exists():
             recs = [(f"idle{i:06d}", every_record(IDLE_EVERY_S + i % 1000)) for i in range(args.n)]
@@ -63,7 +87,7 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
             await first.stop()
             shutil.copytree(setup.state, seed)
         for round_ in range(args.rounds):
-            for code in args.code or [str(REPO)]:
+            for code, tree in zip(codes, trees, strict=True):
                 shutil.rmtree(setup.state)
                 shutil.copytree(seed, setup.state)
                 load = os.getloadavg()[0]
@@ -72,6 +96,9 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
                     "anyrtd",
                     {"url": setup.url, "state": str(setup.state)},
                     work / f"restart-{round_}-{Path(code).name}.log",
+                    py_spy=Path(args.py_spy) / f"restart-{round_}-{tree}.txt"
+                    if args.py_spy
+                    else None,
                 )
                 setup.children.append(child)
                 ready = await child.start()
@@ -100,7 +127,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--work", default="/tmp/anyrtd-bench-startup")
     parser.add_argument("--code", action="append", help="an anyrtd tree to start (repeatable)")
+    parser.add_argument("--py-spy", help="sample each restart until ready into this folder")
     args = parser.parse_args()
+    args.code = args.code or [str(REPO)]
+    args.trees = [Path(code).resolve().name for code in args.code]  # "." named by its folder
     Path(args.work).mkdir(parents=True, exist_ok=True)
     asyncio.run(main_async(args))
 
