@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from anyrtd.claims import Fence
 from anyrtd.clock import Clock, SystemClock
-from anyrtd.heap import collector_held
+from anyrtd.heap import collector_held, keep_built
 from anyrtd.metrics import Stats
 from anyrtd.model import Malformed, TriggerDef, health_marker, stand_in
 from anyrtd.reconcile import (
@@ -42,9 +42,15 @@ from anyrtd.vocab import Kind, LastStatus, RollupField, Verdict
 
 log = logging.getLogger("anyrtd.daemon")
 
-SPREAD_SLICE = 2000
+SPREAD_SLICE = 1000
 """Ids a tick reconciles of a reconcile of every id: at 100,000 records, whose definitions
-are parsed as they are reconciled, about 40 ms a tick (docs/benchmarks.md)."""
+are parsed as they are reconciled, about 25 ms a tick (docs/benchmarks.md)."""
+SPREAD_KEEP = 20_000
+"""A spread over at least this many ids keeps what it parsed out of the collector's full
+passes once it is done (`heap.keep_built`)."""
+SPREAD_STALL_S = 0.06
+"""About the longest a tick with a slice holds the event loop: it waits for a start due
+sooner to pass (`Timer.clear_of`)."""
 
 
 class Apply:
@@ -81,6 +87,7 @@ class Apply:
         self._todo: list[str] = []
         """The ids of a spread reconcile of every id not reconciled yet (last first)."""
         self._spread_verdict: str | None = None
+        self._spread_size = 0
         self._as: tuple[str, str] | None = None
         """The verdict and peer id of the last step: what an entry due is settled under."""
         self._pull_back: set[str] = set()
@@ -167,7 +174,7 @@ class Apply:
         todo = set(ids)
         self.registry.unsettled = todo
         self._todo = [*todo, *(todo & self.registry.events)]
-        self._spread_verdict = verdict
+        self._spread_verdict, self._spread_size = verdict, len(todo)
         if verdict == Verdict.PRUNED:  # the next start takes a new identity (`Sync.restore`)
             self.unit.meta({"verdict": verdict})
 
@@ -193,6 +200,8 @@ class Apply:
             unsettled.clear()
             self.unit.meta({"verdict": self._spread_verdict})
             self._spread_verdict = None
+            if self._spread_size >= SPREAD_KEEP:
+                keep_built()
         return ids
 
     def _settle(self, ids: list[str], due: float) -> None:
@@ -348,4 +357,4 @@ def _share(row: EntryRow, defn: TriggerDef) -> None:
         row.fingerprint = defn.fingerprint
 
 
-__all__ = ["SPREAD_SLICE", "Apply"]
+__all__ = ["SPREAD_SLICE", "SPREAD_STALL_S", "Apply"]

@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Any, cast
 
 from anyrtd import history, standing
-from anyrtd.apply import Apply
+from anyrtd.apply import SPREAD_STALL_S, Apply
 from anyrtd.chat import CHAT_WATCH_PROGRAM, ChatWatch
 from anyrtd.claims import Fence
 from anyrtd.client import ServerClient, ServerError, ServerUnavailable, Upsert
@@ -370,6 +370,8 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
         with contextlib.suppress(TimeoutError):  # a wake set during the last tick counts
             await asyncio.wait_for(self._wake.wait(), timeout=self.config.tick_s)
         self._wake.clear()
+        if self.apply.spreading:  # its slice holds the loop for tens of ms: not over a start
+            await self.timer.clear_of(SPREAD_STALL_S)
         await self.tick()
 
     async def _sync_loop(self) -> None:
