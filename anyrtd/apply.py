@@ -104,9 +104,10 @@ class Apply:
         A recurring entry whose stored next fire is further ahead than its schedule allows
         from `now` (armed under a wall clock since stepped back) is re-armed from `now`; the
         last occurrence each fired (`last_fired`) is not fired again."""
+        known, restored, rearm = self.records.known(), [], []
         for row in rows:
             rid = row.trigger_id
-            if rid not in self.records:
+            if rid not in known:
                 self.unit.evict(rid)
                 continue
             if row.kind == Kind.ONCE and row.consumed:
@@ -124,21 +125,26 @@ class Apply:
                     self.records.hold(rid, consumed)
             # Its definition is parsed when first needed (a fire, a reconcile, a view).
             entry = Entry.restored(row, self._definition)
+            restored.append(entry)
             if row.claimed_at is not None:
                 self.unconfirmed.add(rid)
-            self.registry.put(entry)
-            missed = row.kind == Kind.CRON and (row.next_fire is None or row.next_fire <= now)
-            if missed or (row.kind == Kind.ONCE and not row.consumed):
-                # A missed cron occurrence does not exist: re-arm strictly forward, no burst,
-                # and say so in the mirror at once (its `scheduled_next` view reads the row).
-                before = row.next_fire
-                self.registry.arm(entry, now)  # reads the definition only if it may fire
-                if row.next_fire != before:
-                    self.unit.save(row)
-            elif row.kind == Kind.CRON:
-                self._pull_back.add(rid)
-            if row.kind == Kind.CRON and (at := last_fired.get(rid)) is not None:
-                self.registry.last_fired[rid] = at
+            if row.kind == Kind.CRON:
+                if row.next_fire is None or row.next_fire <= now:
+                    rearm.append(entry)
+                else:
+                    self._pull_back.add(rid)
+                if (at := last_fired.get(rid)) is not None:
+                    self.registry.last_fired[rid] = at
+            elif row.kind == Kind.ONCE and not row.consumed:
+                rearm.append(entry)
+        self.registry.put_all(restored)
+        for entry in rearm:
+            # A missed cron occurrence does not exist: re-arm strictly forward, no burst, and
+            # say so in the mirror at once (its `scheduled_next` view reads the row).
+            before = entry.row.next_fire
+            self.registry.arm(entry, now)  # reads the definition only if it may fire
+            if entry.row.next_fire != before:
+                self.unit.save(entry.row)
 
     def _definition(self, row: EntryRow) -> TriggerDef:
         """Return the definition of a restored entry's record, parsed now."""

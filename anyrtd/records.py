@@ -11,7 +11,7 @@ from 100,000 records parses none of them before it is ready.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, KeysView, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,6 +115,10 @@ class RecordCache:
 
     def ids(self) -> Iterator[str]:
         return iter(list(self._version))
+
+    def known(self) -> KeysView[str]:
+        """Return the ids of every record held (a live view: a test of one costs no call)."""
+        return self._version.keys()
 
     def unparsed(self) -> int:
         """Return how many records read back from the mirror have not been parsed yet."""
