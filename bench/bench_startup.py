@@ -9,9 +9,11 @@ mirror `rounds` times for each `--code` tree (a checkout of anyrtd: its `anyrtd`
 `bench`; default this one), the trees taken in turn within each round, so that a before and
 an after are measured in the same minutes. Each restart reports, as `bench.bench_fire`'s
 idle scenario does, `open_s` (`Daemon.open`) and `start_s` (open + `Daemon.start`: the
-first full read and tick, until the daemon is ready), and beside them the time from the
+first sync and tick, until the daemon is ready), and beside them the time from the
 process's spawn until it answered ready, the CPU the process had used by then (imports
-included) and the load average. With `--work` the devserver's records and the seeded
+included) and the load average; then how long after readiness the reconcile of every id,
+spread over the ticks, took (its wall time and CPU, and the event loop's longest stall
+meanwhile; none on a tree without it). With `--work` the devserver's records and the seeded
 mirror are kept there and reused by the next run. With `--py-spy DIR` each restart is
 sampled from its spawn until it is ready (`DIR/restart-ROUND-TREE.txt`, raw collapsed
 stacks for `python -m bench.profile_summary`).
@@ -103,6 +105,7 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
                 setup.children.append(child)
                 ready = await child.start()
                 held = await child.wait_size(args.n, limit_s=300.0)
+                settled = await child.ask("settled", limit_s=300.0)  # an error on older trees
                 row = {
                     "round": round_,
                     "code": code,
@@ -112,6 +115,9 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
                     "cpu_to_ready_s": ready["cpu_to_ready_s"],
                     "held_at_start": ready["size"],
                     "held": held["size"],
+                    "spread_after_ready_s": settled.get("spread_s"),
+                    "spread_cpu_s": settled.get("spread_cpu_s"),
+                    "worst_stall_ms": settled.get("worst_stall_ms"),
                     "load_1m_before": round(load, 2),
                     "load_1m_after": round(os.getloadavg()[0], 2),
                 }

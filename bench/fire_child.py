@@ -131,6 +131,19 @@ class AnyrtdUnderTest:
                 "wall_s": time.perf_counter() - t0,
                 "every_s": self.daemon.sync_stage.resync_every(self.daemon.config.full_resync_s),
             }
+        if cmd["op"] == "settled":
+            # Until the reconcile of every id that a start spreads over the ticks after
+            # readiness is done: its wall time and CPU, and the event loop's worst stall.
+            c0, t0, worst = time.process_time(), time.perf_counter(), 0.0
+            while getattr(self.daemon.apply, "spreading", False):
+                t = time.perf_counter()
+                await asyncio.sleep(0.001)
+                worst = max(worst, time.perf_counter() - t - 0.001)
+            return {
+                "spread_s": round(time.perf_counter() - t0, 3),
+                "spread_cpu_s": round(time.process_time() - c0, 3),
+                "worst_stall_ms": round(worst * 1000, 1),
+            }
         raise ValueError(f"anyrtd takes its triggers from the server, not {cmd['op']!r}")
 
     async def stop(self) -> None:
