@@ -13,10 +13,10 @@ first sync and tick, until the daemon is ready), and beside them the time from t
 process's spawn until it answered ready, the CPU the process had used by then (imports
 included) and the load average; then how long after readiness the reconcile of every id,
 spread over the ticks, took (its wall time and CPU, and the event loop's longest stall
-meanwhile; none on a tree without it). With `--work` the devserver's records and the seeded
-mirror are kept there and reused by the next run. With `--py-spy DIR` each restart is
-sampled from its spawn until it is ready (`DIR/restart-ROUND-TREE.txt`, raw collapsed
-stacks for `python -m bench.profile_summary`).
+meanwhile; none on a tree without it), and the resident memory then and at its peak.
+With `--work` the devserver's records and the seeded mirror are kept there and reused by
+the next run. With `--py-spy DIR` each restart is sampled from its spawn until it is ready
+(`DIR/restart-ROUND-TREE.txt`, raw collapsed stacks for `python -m bench.profile_summary`).
 """
 
 from __future__ import annotations
@@ -118,6 +118,8 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
                     "spread_after_ready_s": settled.get("spread_s"),
                     "spread_cpu_s": settled.get("spread_cpu_s"),
                     "worst_stall_ms": settled.get("worst_stall_ms"),
+                    "rss_mb_after_spread": round(settled.get("rss_kb", 0) / 1024, 1),
+                    "peak_rss_mb": round(settled.get("hwm_kb", 0) / 1024, 1),
                     "load_1m_before": round(load, 2),
                     "load_1m_after": round(os.getloadavg()[0], 2),
                 }

@@ -143,6 +143,7 @@ class AnyrtdUnderTest:
                 "spread_s": round(time.perf_counter() - t0, 3),
                 "spread_cpu_s": round(time.process_time() - c0, 3),
                 "worst_stall_ms": round(worst * 1000, 1),
+                **memory_kb(),
             }
         raise ValueError(f"anyrtd takes its triggers from the server, not {cmd['op']!r}")
 
