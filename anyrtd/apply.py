@@ -201,6 +201,7 @@ class Apply:
             if rid in unsettled and rid not in ids:
                 ids.add(rid)
                 taken += 1
+        self.records.parse_many(ids)
         self.reconcile(ids, now, verdict, peer_id)
         if not todo and self._spread_verdict is not None:
             unsettled.clear()

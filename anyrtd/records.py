@@ -198,6 +198,25 @@ class RecordCache:
             self._parsed.pop(rid, None)
             self._loaded[rid] = text
 
+    def parse_many(self, rids: Iterable[str]) -> None:
+        """Parse the records of `rids` read back from the mirror and not parsed yet, their
+        texts decoded as one JSON array (a decode per text costs a call each)."""
+        loaded = self._loaded
+        texts = [(rid, text) for rid in rids if (text := loaded.get(rid)) is not None]
+        if not texts:
+            return
+        try:
+            records = json.loads("[" + ",".join(text for _, text in texts) + "]")
+        except ValueError:
+            records = None
+        if not isinstance(records, list) or len(records) != len(texts):
+            records = [None] * len(texts)  # a text that is not one JSON value: each alone
+        for (rid, text), record in zip(texts, records, strict=True):
+            if isinstance(record, dict):
+                self._store(rid, record, text)
+            else:
+                self._parse_loaded(rid)
+
     def _parse_loaded(self, rid: str) -> TriggerDef | Malformed:
         """Parse the record of `rid` read back from the mirror (KeyError when there is none)."""
         text = self._loaded[rid]

@@ -105,7 +105,10 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
                 setup.children.append(child)
                 ready = await child.start()
                 held = await child.wait_size(args.n, limit_s=300.0)
-                settled = await child.ask("settled", limit_s=300.0)  # an error on older trees
+                try:
+                    settled = await child.ask("settled", limit_s=300.0)
+                except RuntimeError:  # a tree from before the spread reconcile
+                    settled = {}
                 row = {
                     "round": round_,
                     "code": code,
@@ -118,6 +121,7 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
                     "spread_after_ready_s": settled.get("spread_s"),
                     "spread_cpu_s": settled.get("spread_cpu_s"),
                     "worst_stall_ms": settled.get("worst_stall_ms"),
+                    "rss_mb_at_ready": round(held.get("rss_kb", 0) / 1024, 1),
                     "rss_mb_after_spread": round(settled.get("rss_kb", 0) / 1024, 1),
                     "peak_rss_mb": round(settled.get("hwm_kb", 0) / 1024, 1),
                     "load_1m_before": round(load, 2),

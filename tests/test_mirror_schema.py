@@ -105,7 +105,7 @@ def test_the_head_the_code_names_is_the_migrations_head(migrated: Mirror) -> Non
     from anyrtd.mirror import SCHEMA_HEAD
 
     head = ScriptDirectory.from_config(alembic_config(migrated.url)).get_current_head()
-    assert SCHEMA_HEAD == head, "a new migration: set anyrtd.mirror.SCHEMA_HEAD to its revision"
+    assert head == SCHEMA_HEAD, "a new migration: set anyrtd.mirror.SCHEMA_HEAD to its revision"
     with migrated.engine.connect() as conn:
         current = MigrationContext.configure(conn).get_current_revision()
     assert migrated.revisions() == (current, head) == (head, head)
