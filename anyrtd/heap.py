@@ -28,10 +28,9 @@ def collector_held() -> Iterator[None]:
 
 def keep_built() -> None:
     """Keep what was built so far out of the collector's full passes (as `anyrtd serve`
-    does once start-up is done): the young generations collected, then all frozen. For a
-    stretch after start-up that builds as much again (the definitions of 100,000 records,
-    parsed after readiness), whose first full pass would hold the loop for a fraction of a
-    second."""
+    does once start-up is done): the young generations collected, then all frozen. For
+    stretches after start-up that build as much again (the definitions of 100,000 records,
+    parsed after readiness), which full passes would walk again and again."""
     gc.collect(1)
     gc.freeze()
 
