@@ -107,10 +107,11 @@ class Apply:
         last occurrence each fired (`last_fired`) is not fired again."""
         known, restored, rearm = self.records.known(), [], []
         for row in rows:
-            rid = row.trigger_id
-            if rid not in known:
-                self.unit.evict(rid)
+            rid = known.get(row.trigger_id)
+            if rid is None:
+                self.unit.evict(row.trigger_id)
                 continue
+            row.trigger_id = rid  # the record cache's own string: one per id
             if row.kind == Kind.ONCE and row.consumed:
                 defn = self.records.parsed.get(rid)
                 if not isinstance(defn, TriggerDef):
@@ -177,10 +178,14 @@ class Apply:
 
     def spread(self, ids: Iterable[str], verdict: str) -> None:
         """Begin a reconcile of every id in `ids` (one begun before starts again), spread
-        over the coming steps; the event entries come first (a chat message fires them)."""
-        todo = set(ids)
+        over the coming steps in their order (the record cache's: the records read back
+        from the mirror are parsed, and their texts let go, in the order they were read);
+        the event entries come first (a chat message fires them)."""
+        order = list(ids)
+        todo = set(order)
         self.registry.unsettled = todo
-        self._todo = [*todo, *(todo & self.registry.events)]
+        order.reverse()  # taken from the end
+        self._todo = [*order, *(todo & self.registry.events)]
         self._spread_verdict, self._spread_size = verdict, len(todo)
         if verdict == Verdict.PRUNED:  # the next start takes a new identity (`Sync.restore`)
             self.unit.meta({"verdict": verdict})
@@ -207,7 +212,9 @@ class Apply:
         if self._spread_verdict is not None and self._spread_size >= SPREAD_KEEP:
             keep_built()  # each slice's definitions: a full pass would walk them all again
         if not todo and self._spread_verdict is not None:
-            unsettled.clear()
+            self.registry.unsettled = set()  # new, small ones: a set keeps the size it had
+            self._pull_back = set(self._pull_back)
+            self.records.compact()
             self.unit.meta({"verdict": self._spread_verdict})
             self._spread_verdict = None
         return ids

@@ -294,7 +294,7 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
             self._reconciled_as = (None, None)  # claiming may start or resume: reconcile all
         if (verdict, self.peer_id) != self._reconciled_as:  # every id, over the next ticks
             self._reconciled_as = (verdict, self.peer_id)
-            self.apply.spread(set(self.records.ids()) | set(self.registry.entries), verdict)
+            self.apply.spread([*self.records.ids(), *self.registry.entries], verdict)
         ids, self._dirty = self._dirty | self.apply.unconfirmed, set()
         if (peer := self.peer_id) is not None:
             self.role.follow_verdict(verdict, now, peer)
