@@ -208,6 +208,9 @@ class Mirror:
         self.outbox_queued = 0
         """How many commits have queued outbox writes (read from the loop: a drain whose
         last read saw the count unchanged has seen every write queued)."""
+        self.outbox_changes = 0
+        """How many transactions have changed the outbox's rows (queued, released, dropped,
+        sent, set aside): an outbox depth counted at one value holds until it moves."""
         event.listen(self.engine, "connect", _on_connect)
         event.listen(self.engine, "begin", self._on_begin)
         event.listen(self.engine, "handle_error", self._on_error)
@@ -482,6 +485,8 @@ class Mirror:
             _write_batch(conn, batch, now)
         if batch.outbox or batch.held:
             self.outbox_queued += 1
+        if batch.touches_outbox:
+            self.outbox_changes += 1
         if self._unmarked and self.mirror_id is not None:
             self._mark()
 
@@ -491,6 +496,7 @@ class Mirror:
             for chunk in _chunks(seqs, 500):
                 marks = ", ".join("?" * len(chunk))
                 conn.exec_driver_sql(f"DELETE FROM outbox WHERE seq IN ({marks})", tuple(chunk))
+        self.outbox_changes += 1
 
     def fail_outbox(self, seqs: Iterable[int], error: str) -> None:
         seqs = list(seqs)
@@ -514,6 +520,7 @@ class Mirror:
                         attempts=outbox_table.c.attempts + 1, last_error=error, set_aside_at=now
                     )
                 )
+        self.outbox_changes += 1
 
     def prune_runs(self, before: float) -> int:
         """Delete finished runs that started before `before`; return how many."""
