@@ -6,16 +6,22 @@ server differs from `docs/server-api.md`, this module is the one to change.
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-import httpx
+if TYPE_CHECKING:  # a local CLI command imports this module's types, not aiohttp
+    import aiohttp
 
 PACED_BYTES = 100_000
 """A feed page larger than this (about a millisecond of decoding) waits for `pace` first."""
+
+JSON_HEADERS = {"Content-Type": "application/json"}
 
 Record = dict[str, Any]
 """A record as the server's query returns it: flat fields plus `id`, `_v`, `_updatedAt`."""
@@ -106,19 +112,31 @@ class Upsert:
     if_version: int | None = None
 
 
+def encode(body: Any) -> bytes:
+    """A request's JSON body: compact UTF-8; a NaN or text that is not valid Unicode raises
+    ValueError (the request is `Unsendable`)."""
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+
+
 class ServerClient:
-    """An async client of the any server API."""
+    """An async client of the any server API.
+
+    It speaks HTTP through aiohttp's client, whose cost per request is about a quarter of
+    httpx's (docs/benchmarks.md): a daemon's idle CPU is mostly its polls. The session is
+    made on the first request, in the event loop that makes it, and again if a later
+    request comes from another loop (a test's `asyncio.run` after another)."""
 
     def __init__(
         self,
         base_url: str,
         *,
-        transport: httpx.AsyncBaseTransport | None = None,
         timeout: float = 10.0,
         now: Callable[[], float] = time.time,
     ) -> None:
         self.base_url = base_url.rstrip("/")
-        self._http = httpx.AsyncClient(base_url=self.base_url, transport=transport, timeout=timeout)
+        self._timeout = timeout
+        self._session: aiohttp.ClientSession | None = None
+        self._session_loop: asyncio.AbstractEventLoop | None = None
         self._now = now
         self.reach = Reach()
         """Whether the server answers (a 5xx is an answer: this is about reaching it at all)."""
@@ -127,7 +145,24 @@ class ServerClient:
         decode holds the event loop for milliseconds, and must not hold up a start)."""
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        session, self._session = self._session, None
+        if session is not None and self._session_loop is asyncio.get_running_loop():
+            await session.close()
+
+    def _http(self) -> aiohttp.ClientSession:
+        import aiohttp
+
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session.closed or self._session_loop is not loop:
+            # A timeout bounds the connect and each wait for bytes, as httpx's did; a large
+            # answer that keeps coming is not cut short.
+            t = self._timeout
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=None, connect=t, sock_read=t),
+                trust_env=True,  # HTTP(S)_PROXY and NO_PROXY, as httpx honoured them
+            )
+            self._session_loop = loop
+        return self._session
 
     async def __aenter__(self) -> ServerClient:
         return self
@@ -142,39 +177,51 @@ class ServerClient:
         body: Any = None,
         *,
         params: Mapping[str, Any] | None = None,
-        timeout: float | None = None,  # noqa: ASYNC109 - a per-request httpx timeout
+        timeout: float | None = None,  # noqa: ASYNC109 - a per-request timeout (a long poll)
         paced: bool = False,
     ) -> Any:
         try:
-            resp = await self._http.request(
+            data = None if body is None else encode(body)
+        except (TypeError, ValueError) as exc:  # a NaN, a lone surrogate (a UnicodeError)
+            raise Unsendable(f"{exc.__class__.__name__}: {exc}") from exc
+        import aiohttp
+
+        session = self._http()
+        wait = None
+        if timeout is not None:
+            wait = aiohttp.ClientTimeout(total=None, connect=timeout, sock_read=timeout)
+        try:
+            async with session.request(
                 method,
-                path,
-                json=body,
+                self.base_url + path,
+                data=data,
                 params=params,
-                timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
-            )
-        except httpx.TransportError as exc:
-            error = f"{self.base_url}: {exc.__class__.__name__}: {exc}"
+                headers=JSON_HEADERS if data is not None else None,
+                timeout=wait if wait is not None else session.timeout,
+            ) as resp:
+                status = resp.status
+                content = await resp.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            error = f"{self.base_url}: {_unreached(exc)}"
             if self.reach.unreachable_since is None:
                 self.reach.unreachable_since = self._now()
             self.reach.error = error
             raise ServerUnavailable(error) from exc
-        except (TypeError, ValueError) as exc:  # the body cannot be encoded (UnicodeError too)
-            raise Unsendable(f"{exc.__class__.__name__}: {exc}") from exc
         self.reach.unreachable_since = self.reach.error = None
-        if resp.status_code >= 500:
-            raise ServerUnavailable(f"{self.base_url}{path}: server error {resp.status_code}")
-        if paced and self.pace is not None and len(resp.content) > PACED_BYTES:
+        if status >= 500:
+            raise ServerUnavailable(f"{self.base_url}{path}: server error {status}")
+        if paced and self.pace is not None and len(content) > PACED_BYTES:
             await self.pace()
         try:
-            payload = resp.json()
-        except ValueError:
+            payload = json.loads(content)
+        except ValueError:  # not JSON, or not UTF-8
             payload = None
-        if resp.status_code >= 400:
+        if status >= 400:
+            text = content.decode("utf-8", "replace")
             err = payload.get("error") if isinstance(payload, dict) else None
             code = str(err.get("code", "error")) if isinstance(err, dict) else "error"
-            message = str(err.get("message", resp.text)) if isinstance(err, dict) else resp.text
-            raise ServerError(resp.status_code, code, message)
+            message = str(err.get("message", text)) if isinstance(err, dict) else text
+            raise ServerError(status, code, message)
         return payload
 
     # spaces, types, bundles
@@ -407,6 +454,21 @@ class ServerClient:
     @staticmethod
     def _where(where: Dataset) -> dict[str, Any]:
         return {"objectId": where.object_id, "dataset": where.name}
+
+
+def _unreached(exc: Exception) -> str:
+    """Why a request got no answer, in a few words: `ConnectError: Connection refused`,
+    `Timeout: no answer in time`, else the exception's class and text."""
+    import aiohttp
+
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        cause = exc.os_error
+        if cause.errno is not None and cause.errno > 0:
+            return f"ConnectError: {os.strerror(cause.errno)}"
+        return f"ConnectError: {cause.strerror or cause}"  # a name that does not resolve
+    if isinstance(exc, TimeoutError):
+        return "Timeout: no answer in time"
+    return f"{exc.__class__.__name__}: {exc}"
 
 
 def _device_row(raw: Mapping[str, Any]) -> DeviceRow:

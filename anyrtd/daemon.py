@@ -28,7 +28,7 @@ from anyrtd.metrics import Stats
 from anyrtd.mirror import AsyncMirror, Mirror
 from anyrtd.mirror_guard import MirrorFault
 from anyrtd.model import TriggerDef
-from anyrtd.outbox import RUNS, TRIGGERS, WINDOW_S, DrainResult, drain
+from anyrtd.outbox import RUNS, TRIGGERS, WINDOW_S, DrainResult, DrainWake, drain
 from anyrtd.places import Places
 from anyrtd.port import Health, Metrics, TriggerFacts, Triggers, server_reasons
 from anyrtd.records import RecordCache
@@ -77,17 +77,17 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
         self.stats = Stats()
         self.last_tick_at: float | None = None
         self.last_tick_mono: float | None = None
-        self.outbox_depth = 0
+        self.outbox_depth, self.outbox_counted_at = 0, -1  # the depth, at `outbox_changes`
         self.runs_today = 0
         self._reconciled_as: tuple[str | None, str | None] = (None, None)  # (verdict, peer id)
         self._dirty: set[str] = set()
         self._wake = asyncio.Event()
-        self._outbox_kick = asyncio.Event()
+        self._outbox_wake = DrainWake()
         self._drain_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
         self.hurry = asyncio.Event()  # set by a second stop signal: interrupt runs at once
-        self.unit = Unit(self.records, on_outbox=self._outbox_kick.set)  # the stages, in order
+        self.unit = Unit(self.records, on_outbox=self._outbox_wake.queued)  # the stages, in order
         self.fence = Fence.of(config)
         self.sync_stage = Sync(
             self.client, config.space, self.records, self.unit, self.stats, self.fence
@@ -304,7 +304,7 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
         await self.unit.commit_step(now)  # a full disk is waited out; a lock stalls the tick
         self.role.tend_chat_watch()
         self.timer.rearm.set()
-        self._outbox_kick.set()
+        self._outbox_wake.tick()
         if self.sync_stage.pending or self.apply.spreading:  # the next tick, after the timer's
             self._wake.set()
         self.stats.ticks += 1
@@ -391,12 +391,12 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
             self._wake.set()  # a new verdict or peer id (both read): the next tick reconciles all
 
     async def _outbox_loop(self) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._outbox_kick.wait(), timeout=5.0)
-        self._outbox_kick.clear()
+        if not await self._outbox_wake.wait(timeout=5.0):
+            return  # nothing queued since the last drain took all there was
         await asyncio.sleep(WINDOW_S)  # let the writes of several batches gather
         await self.timer.clear_of()  # encoding them must not hold up a start
         result = await self.drain_outbox()
+        self._outbox_wake.drained(result)
         if result is not None and result.error:
             await asyncio.sleep(1.0)
 

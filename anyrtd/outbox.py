@@ -4,6 +4,7 @@ batches, each acknowledged only once the server has taken it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
@@ -46,12 +47,46 @@ class DrainResult:
     owner written meanwhile)."""
     error: str | None = None
     """Set when the server could not be reached: the rest stays queued."""
+    more: bool = False
+    """The drain ran all its rounds: writes may be left to send."""
 
     def trigger_writes(self) -> list[tuple[str, int | None]]:
         """Return (record id, version) of each trigger write settled: taken at a version, or
         lost (no version: the record as the server has it stands)."""
         taken = [(rid, v) for dataset, rid, v in self.acked if dataset == TRIGGERS]
         return taken + [(rid, None) for dataset, rid in self.lost if dataset == TRIGGERS]
+
+
+class DrainWake:
+    """When the outbox loop drains: once a commit queued writes or released held ones
+    (`queued`), and, while the last drain left writes unsent (the server away, its datasets
+    not resolved yet, more than a drain's rounds), after every tick and every wait. With
+    nothing queued, the loop sleeps: an idle daemon does not poll its own outbox."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+        self._settled = False
+        """The last drain took all there was; nothing was queued since."""
+
+    def queued(self) -> None:
+        self._settled = False
+        self._event.set()
+
+    def tick(self) -> None:
+        if not self._settled:
+            self._event.set()
+
+    async def wait(self, timeout: float) -> bool:  # noqa: ASYNC109 - the loop's retry period
+        """Wait for a reason to drain, at most `timeout`; return whether there is one."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._event.wait(), timeout=timeout)
+        kicked = self._event.is_set()
+        self._event.clear()
+        return kicked or not self._settled
+
+    def drained(self, result: DrainResult | None) -> None:
+        """Note what the loop's drain did (None: it could not start, no datasets yet)."""
+        self._settled = result is not None and result.error is None and not result.more
 
 
 def coalesce(items: list[OutboxItem]) -> list[tuple[str, list[OutboxItem]]]:
@@ -158,6 +193,7 @@ async def drain(
             return result
         if len(items) < batch and db.mirror.outbox_queued == queued:
             return result  # the round took all there was, and nothing was queued since
+    result.more = True
     return result
 
 

@@ -135,6 +135,13 @@ class Batch:
             )
         )
 
+    @property
+    def touches_outbox(self) -> bool:
+        """Whether committing the batch changes the outbox's rows."""
+        return bool(
+            self.outbox or self.held or self.drop_held or self.release_held or self.release_all_held
+        )
+
     def write(
         self,
         dataset: str,

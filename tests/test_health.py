@@ -3,41 +3,52 @@ reasons `/healthz` gives for `degraded` (pure pieces; the process tests are in t
 
 from __future__ import annotations
 
-import httpx
+import socket
+
 import pytest
+from aiohttp import web
 
 from anyrtd.client import Reach, ServerClient, ServerError, ServerUnavailable
 from anyrtd.port import OUTBOX_BACKLOG, server_reasons
 
 
 async def test_the_client_notes_since_when_the_server_cannot_be_reached() -> None:
-    answer: dict[str, int | None] = {"status": None}
     clock = iter([100.0, 200.0])
+    with socket.socket() as probe:  # a port nothing listens on, until the server below does
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
 
-    def handler(request: httpx.Request) -> httpx.Response:
-        if answer["status"] is None:
-            raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
-        return httpx.Response(answer["status"], json={"spaces": []})
+    async def answering(status: int) -> web.AppRunner:
+        async def handler(request: web.Request) -> web.Response:
+            return web.json_response({"spaces": []}, status=status)
 
-    async with ServerClient(
-        "http://127.0.0.1:9", transport=httpx.MockTransport(handler), now=lambda: next(clock)
-    ) as client:
+        app = web.Application()
+        app.router.add_get("/v1/spaces", handler)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port, reuse_address=True).start()
+        return runner
+
+    async with ServerClient(f"http://127.0.0.1:{port}", now=lambda: next(clock)) as client:
         for _ in range(2):
             with pytest.raises(ServerUnavailable):
                 await client.spaces()
         assert client.reach.unreachable_since == 100.0  # the first failure, not the last
-        assert client.reach.error is not None and "Connection refused" in client.reach.error
-        answer["status"] = 503  # an answer, even a 5xx, means the server is reached
+        assert client.reach.error == f"http://127.0.0.1:{port}: ConnectError: Connection refused"
+        server = await answering(503)  # an answer, even a 5xx, means the server is reached
         with pytest.raises(ServerUnavailable):
             await client.spaces()
         assert client.reach == Reach()
-        answer["status"] = None
+        await server.cleanup()
         with pytest.raises(ServerUnavailable):
             await client.spaces()
         assert client.reach.unreachable_since == 200.0
-        answer["status"] = 404
-        with pytest.raises(ServerError):
-            await client.spaces()
+        server = await answering(404)
+        try:
+            with pytest.raises(ServerError):
+                await client.spaces()
+        finally:
+            await server.cleanup()
         assert client.reach == Reach()
 
 

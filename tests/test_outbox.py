@@ -3,9 +3,11 @@ mirror, counted, shown by the doctor) and the writes behind it reach the server.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sqlite3
 import subprocess
+import time
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import Any
@@ -14,14 +16,16 @@ import httpx
 import pytest
 from conftest import anyrtd_command
 from control_support import ServeProcess
-from support import server_runs, wait_until
+from support import async_wait_until, daemon_with, server_runs, wait_until
 
 from anyrtd.client import Dataset, ServerClient, ServerError, ServerUnavailable, Upsert
 from anyrtd.devserver import DevServer
 from anyrtd.mirror import AsyncMirror, Mirror
-from anyrtd.outbox import RUNS, TRIGGERS, drain
+from anyrtd.outbox import RUNS, TRIGGERS, DrainResult, DrainWake, drain
 from anyrtd.places import resolve_places
 from anyrtd.rows import Batch
+from anyrtd.serve import refresh_summary
+from anyrtd.vocab import RunStatus
 
 NOW = 1_800_000_000.0
 
@@ -217,3 +221,125 @@ def test_httpx_refuses_a_lone_surrogate() -> None:
     """The premise of the tests above: the wire encoding cannot carry a lone surrogate."""
     with pytest.raises(UnicodeEncodeError):
         httpx.Request("POST", "http://127.0.0.1/", json={"title": "\ud800"})
+
+
+# when the outbox loop drains
+
+
+async def test_the_drain_wake_sleeps_once_a_drain_took_all_and_wakes_on_a_queued_write() -> None:
+    wake = DrainWake()
+    assert await wake.wait(timeout=0.0)  # nothing drained yet: the loop drains at start
+    wake.drained(DrainResult(sent=3))
+    wake.tick()
+    assert not await wake.wait(timeout=0.0)  # settled: a tick no longer wakes the loop
+    wake.queued()
+    assert await wake.wait(timeout=0.0)
+    wake.queued()  # a write queued while the drain runs is not missed by its end
+    wake.drained(DrainResult())
+    assert await wake.wait(timeout=0.0)
+    assert not await wake.wait(timeout=0.0)
+
+
+@pytest.mark.parametrize(
+    "result",
+    [None, DrainResult(error="server away"), DrainResult(sent=50_000, more=True)],
+    ids=["no datasets yet", "server away", "more than its rounds"],
+)
+async def test_a_drain_that_left_writes_unsent_is_tried_again_after_each_wait(
+    result: DrainResult | None,
+) -> None:
+    wake = DrainWake()
+    wake.drained(result)
+    assert await wake.wait(timeout=0.0)
+    wake.tick()
+    assert await wake.wait(timeout=0.0)
+
+
+async def test_an_idle_daemon_leaves_its_outbox_alone_and_a_fire_still_reaches_the_server(
+    devserver_inprocess: DevServer, tmp_path: Path
+) -> None:
+    async def ok(args: Any, ctx: Any) -> None:
+        return None
+
+    daemon = daemon_with(devserver_inprocess.url, tmp_path / "state", {"test:ok@v1": ok}, 0.05)
+    drains: list[DrainResult | None] = []
+    drain_outbox = daemon.drain_outbox
+
+    async def counted() -> DrainResult | None:
+        drains.append(result := await drain_outbox())
+        return result
+
+    daemon.drain_outbox = counted  # type: ignore[method-assign]
+    user = ServerClient(devserver_inprocess.url)
+    try:
+        await daemon.start()
+        await async_wait_until(lambda: asyncio.sleep(0, drains), what="the first drain")
+
+        async def quiet() -> bool:
+            """40 ticks (2 s) pass without a drain (the start's writes are sent by then)."""
+            ticks, seen = daemon.stats.ticks, len(drains)
+            await async_wait_until(
+                lambda: asyncio.sleep(0, daemon.stats.ticks >= ticks + 40), what="40 ticks"
+            )
+            return len(drains) == seen
+
+        await async_wait_until(quiet, timeout=20.0, what="40 ticks without an empty drain")
+        assert daemon.places is not None and daemon.peer_id is not None
+        await user.upsert(
+            daemon.places.triggers,
+            [
+                Upsert(
+                    "soon",
+                    {
+                        "kind": "once",
+                        "spec": {"at": time.time()},
+                        "program": "test:ok@v1",
+                        "owner": daemon.peer_id,
+                    },
+                )
+            ],
+        )
+        runs = await async_wait_until(
+            lambda: (
+                user.query_all(daemon.places.runs, filter={"triggerId": "soon"})
+                if daemon.places
+                else asyncio.sleep(0, None)
+            ),
+            what="the run on the server",
+        )
+        assert [r["status"] for r in runs] == [RunStatus.OK]
+    finally:
+        await daemon.stop()
+        await user.aclose()
+
+
+async def test_the_outbox_depth_is_counted_again_only_once_the_outbox_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counts: list[int] = []
+    outbox_depth = Mirror.outbox_depth
+
+    def counted(m: Mirror) -> int:
+        counts.append(depth := outbox_depth(m))
+        return depth
+
+    monkeypatch.setattr(Mirror, "outbox_depth", counted)
+    daemon = daemon_with("http://127.0.0.1:9", tmp_path / "state", {})
+    await daemon.open()
+    try:
+        assert daemon.db is not None
+        await refresh_summary(daemon, runs=False)
+        await refresh_summary(daemon, runs=False)
+        assert (counts, daemon.outbox_depth) == ([0], 0)  # nothing changed: no second count
+        await queue(daemon.db, [(RUNS, "r1", {"status": "ok"}), (RUNS, "r2", {})])
+        await refresh_summary(daemon, runs=False)
+        assert (counts, daemon.outbox_depth) == ([0, 2], 2)
+        items = await daemon.db.call(lambda m: m.outbox_pending())
+        await daemon.db.call(lambda m: m.set_aside_outbox([items[0].seq], "refused", NOW))
+        await refresh_summary(daemon, runs=False)
+        await daemon.db.call(lambda m: m.ack_outbox([items[1].seq]))
+        await refresh_summary(daemon, runs=False)
+        await refresh_summary(daemon, runs=False)
+        assert (counts, daemon.outbox_depth) == ([0, 2, 1, 0], 0)
+    finally:
+        await daemon.stop()

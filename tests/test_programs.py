@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 
 from anyrtd.client import ServerClient
 from anyrtd.clock import FakeClock, SystemClock
@@ -28,19 +30,20 @@ class FakeServer:
         self.requests: list[tuple[str, str, Any]] = []
         self.messages = messages or []
 
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        body = json.loads(request.content) if request.content else None
-        path = request.url.raw_path.decode().split("?")[0]
+    async def handle(self, request: web.Request) -> web.Response:
+        raw = await request.read()
+        body = json.loads(raw) if raw else None
+        path = request.raw_path.split("?")[0]
         self.requests.append((request.method, path, body))
         if path.endswith("/children"):
-            return httpx.Response(200, json={"objectId": "obj-general"})
+            return web.json_response({"objectId": "obj-general"})
         if path.endswith("/upsert"):
-            return httpx.Response(
-                200, json={"records": [{"id": r["id"], "version": 1} for r in body["records"]]}
+            return web.json_response(
+                {"records": [{"id": r["id"], "version": 1} for r in body["records"]]}
             )
         if path.endswith("/query"):
-            return httpx.Response(200, json={"records": self.messages})
-        return httpx.Response(404, json={"error": {"code": "not_found", "message": path}})
+            return web.json_response({"records": self.messages})
+        return web.json_response({"error": {"code": "not_found", "message": path}}, status=404)
 
     def writes(self) -> list[Any]:
         return [body for method, path, body in self.requests if path.endswith("/upsert")]
@@ -51,15 +54,29 @@ def server() -> FakeServer:
     return FakeServer()
 
 
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@asynccontextmanager
+async def serving(handler: Handler) -> AsyncIterator[str]:
+    """Serve every route with `handler` on 127.0.0.1 (a free port); yield its base URL."""
+    app = web.Application()
+    for method in ("GET", "POST", "PUT", "DELETE"):
+        app.router.add_route(method, "/{tail:.*}", handler)
+    server = TestServer(app, host="127.0.0.1", port=0)
+    await server.start_server()
+    try:
+        yield str(server.make_url("")).rstrip("/")
+    finally:
+        await server.close()
+
+
 @pytest.fixture
 async def runner(server: FakeServer) -> AsyncIterator[Runner]:
-    client = ServerClient("http://127.0.0.1:9", transport=httpx.MockTransport(server))
-    try:
+    async with serving(server.handle) as url, ServerClient(url) as client:
         yield Runner(
             client=client, clock=FakeClock(NOW), agent_name="bao", space="agent-space", commands={}
         )
-    finally:
-        await client.aclose()
 
 
 def request(program: str, args: Mapping[str, Any]) -> RunRequest:
@@ -131,10 +148,10 @@ async def test_remind_with_bad_args_fails_saying_what_to_fix(
 
 
 async def test_remind_reports_a_server_refusal_as_a_failure() -> None:
-    def refuse(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(409, json={"error": {"code": "tombstoned", "message": "gone"}})
+    async def refuse(request: web.Request) -> web.Response:
+        return web.json_response({"error": {"code": "tombstoned", "message": "gone"}}, status=409)
 
-    async with ServerClient("http://x", transport=httpx.MockTransport(refuse)) as client:
+    async with serving(refuse) as url, ServerClient(url) as client:
         runner = Runner(
             client=client, clock=FakeClock(NOW), agent_name="bao", space="s", commands={}
         )

@@ -11,7 +11,6 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from support import async_wait_until
 
@@ -24,13 +23,9 @@ from anyrtd.runner import Runner
 PY = sys.executable
 
 
-def _refuse(request: httpx.Request) -> httpx.Response:
-    return httpx.Response(503, json={"error": {"code": "down", "message": "no server in tests"}})
-
-
 @pytest.fixture
 async def client() -> AsyncIterator[ServerClient]:
-    c = ServerClient("http://127.0.0.1:9", transport=httpx.MockTransport(_refuse))
+    c = ServerClient("http://127.0.0.1:9")  # nothing listens there: the server is away
     try:
         yield c
     finally:
@@ -235,7 +230,7 @@ async def test_a_program_the_server_failed_says_so_in_its_error_type(
         pass
 
     async def post(args: Mapping[str, Any], ctx: ProgramContext) -> None:
-        await ctx.client.spaces()  # the test's client answers 503: the server is away
+        await ctx.client.spaces()  # nothing listens at the test client's address
 
     async def wrapped(args: Mapping[str, Any], ctx: ProgramContext) -> None:
         try:
@@ -246,7 +241,7 @@ async def test_a_program_the_server_failed_says_so_in_its_error_type(
     runner = make_runner(programs={"test:post@v1": post, "test:wrapped@v1": wrapped})
     direct = await runner.run(request("test:post@v1"))
     assert (direct.status, direct.error_type) == ("FAILED", "ServerUnavailable")
-    assert direct.error is not None and "server error 503" in direct.error
+    assert direct.error is not None and "ConnectError: Connection refused" in direct.error
     wrap = await runner.run(request("test:wrapped@v1"))
     assert (wrap.status, wrap.error_type) == ("FAILED", "ServerUnavailable")
     assert wrap.error == "could not post the reminder"

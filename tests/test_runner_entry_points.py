@@ -7,7 +7,6 @@ import textwrap
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from anyrtd.client import ServerClient
@@ -19,9 +18,7 @@ from anyrtd.runner import Runner
 
 @pytest.fixture
 async def client() -> AsyncIterator[ServerClient]:
-    c = ServerClient(
-        "http://127.0.0.1:9", transport=httpx.MockTransport(lambda r: httpx.Response(503))
-    )
+    c = ServerClient("http://127.0.0.1:9")  # nothing listens there: no program reaches it
     try:
         yield c
     finally:

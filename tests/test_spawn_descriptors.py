@@ -15,7 +15,6 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 
-import httpx
 import pytest
 
 from anyrtd.client import ServerClient
@@ -56,8 +55,7 @@ def no_descriptors_left() -> Iterator[Callable[[], None]]:
 
 @pytest.fixture
 async def client() -> AsyncIterator[ServerClient]:
-    refuse = httpx.MockTransport(lambda r: httpx.Response(503))
-    c = ServerClient("http://127.0.0.1:9", transport=refuse)
+    c = ServerClient("http://127.0.0.1:9")  # nothing listens there: no program reaches it
     try:
         yield c
     finally:
