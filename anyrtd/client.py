@@ -13,7 +13,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 if TYPE_CHECKING:  # a local CLI command imports this module's types, not aiohttp
     import aiohttp
@@ -137,6 +137,7 @@ class ServerClient:
         self._timeout = timeout
         self._session: aiohttp.ClientSession | None = None
         self._session_loop: asyncio.AbstractEventLoop | None = None
+        self._proxy: str | None = None
         self._now = now
         self.reach = Reach()
         """Whether the server answers (a 5xx is an answer: this is about reaching it at all)."""
@@ -158,10 +159,10 @@ class ServerClient:
             # answer that keeps coming is not cut short.
             t = self._timeout
             self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=None, connect=t, sock_read=t),
-                trust_env=True,  # HTTP(S)_PROXY and NO_PROXY, as httpx honoured them
+                timeout=aiohttp.ClientTimeout(total=None, connect=t, sock_read=t)
             )
             self._session_loop = loop
+            self._proxy = proxy_for(self.base_url)
         return self._session
 
     async def __aenter__(self) -> ServerClient:
@@ -197,6 +198,7 @@ class ServerClient:
                 data=data,
                 params=params,
                 headers=JSON_HEADERS if data is not None else None,
+                proxy=self._proxy,
                 timeout=wait if wait is not None else session.timeout,
             ) as resp:
                 status = resp.status
@@ -454,6 +456,20 @@ class ServerClient:
     @staticmethod
     def _where(where: Dataset) -> dict[str, Any]:
         return {"objectId": where.object_id, "dataset": where.name}
+
+
+def proxy_for(url: str) -> str | None:
+    """The proxy the environment names for `url` (`http_proxy`, `https_proxy`, `no_proxy`,
+    as httpx honoured them), read once per session: aiohttp's own reading of the
+    environment opens `~/.netrc` in a thread for every request."""
+    import urllib.request  # here: a local CLI command imports this module's types only
+
+    parts = urlsplit(url)
+    proxies = urllib.request.getproxies()
+    proxy = proxies.get(parts.scheme) or proxies.get("all")
+    if proxy is None or urllib.request.proxy_bypass(parts.netloc):
+        return None
+    return proxy
 
 
 def _unreached(exc: Exception) -> str:

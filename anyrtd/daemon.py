@@ -302,7 +302,7 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
             self.role.refresh_standing(ids, now, peer)
             self.role.hand_off(self.fence, now)
         await self.unit.commit_step(now)  # a full disk is waited out; a lock stalls the tick
-        self.role.tend_chat_watch()
+        self.role.after_tick()  # the chat watch, and the spaces event triggers follow
         self.timer.rearm.set()
         self._outbox_wake.tick()
         if self.sync_stage.pending or self.apply.spreading:  # the next tick, after the timer's

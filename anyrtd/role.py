@@ -9,6 +9,7 @@ offered to the chat watch (docs/events.md).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Iterable
 
@@ -35,8 +36,9 @@ log = logging.getLogger("anyrtd.daemon")
 FOLLOW_WAIT_S = 5.0
 """How long one long-poll of another space's feed waits: a space an event trigger starts
 naming meanwhile is followed from the next poll."""
-FOLLOW_IDLE_S = 1.0
-"""How often the spaces loop looks for a space to follow while no event trigger names one."""
+FOLLOW_IDLE_S = 60.0
+"""The longest the spaces loop sleeps while no event trigger names a space to follow: the
+set of spaces changes only in a tick, and each tick wakes it (`after_tick`)."""
 NO_FEED = "the server shows no change feed for it: no such space, or no feed there"
 
 
@@ -81,6 +83,7 @@ class Role:
         self.cursors: dict[str, int] = {}
         """Per other space an event trigger listens on, how far its change feed was read."""
         self._unfollowed: set[str] = set()
+        self._ticked = asyncio.Event()
 
     # standing built-ins and the chat-watch claim (docs/election.md)
 
@@ -175,6 +178,12 @@ class Role:
         self.sync.buffer(Change(0, triggers.object_id, triggers.name, rid, "update", dict(record)))
         return True
 
+    def after_tick(self) -> None:
+        """Tend the chat watch, and wake the spaces loop: what a tick reconciled may name a
+        new space to follow."""
+        self.tend_chat_watch()
+        self._ticked.set()
+
     def tend_chat_watch(self) -> None:
         """Connect the chat watch while this device holds an enabled, confirmed chat-watch."""
         cw = self.chat_watch_id
@@ -227,7 +236,9 @@ class Role:
             self.live.heads.pop(gone, None)
         self._unfollowed &= spaces
         if not spaces:
-            await asyncio.sleep(min(wait, FOLLOW_IDLE_S))
+            self._ticked.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._ticked.wait(), timeout=FOLLOW_IDLE_S)
             return
         await asyncio.gather(*(self._follow(space, wait) for space in sorted(spaces)))
 
