@@ -77,7 +77,7 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
         self.stats = Stats()
         self.last_tick_at: float | None = None
         self.last_tick_mono: float | None = None
-        self.outbox_depth, self.outbox_counted_at = 0, -1  # the depth, at `outbox_changes`
+        self.outbox_depth = 0
         self.runs_today = 0
         self._reconciled_as: tuple[str | None, str | None] = (None, None)  # (verdict, peer id)
         self._dirty: set[str] = set()

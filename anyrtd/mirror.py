@@ -798,6 +798,7 @@ class AsyncMirror:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="anyrtd-db")
         self.fault: MirrorFault | None = None
         self.faulted = asyncio.Event()
+        self._depth, self._depth_at = 0, -1  # the outbox depth, at `Mirror.outbox_changes`
 
     async def call(self, fn: Callable[[Mirror], T]) -> T:
         """Run `fn(mirror)` on the mirror's thread and return its result.
@@ -813,6 +814,15 @@ class AsyncMirror:
                 self.fault = exc
                 self.faulted.set()
             raise
+
+    async def outbox_depth(self) -> int:
+        """Return `Mirror.outbox_depth`, counted again only once the outbox changed
+        (`Mirror.outbox_changes`): an idle daemon does not query it every few seconds."""
+        changes = self.mirror.outbox_changes  # before the count: a change during it counts
+        if changes != self._depth_at:
+            self._depth = await self.call(Mirror.outbox_depth)
+            self._depth_at = changes
+        return self._depth
 
     async def close(self) -> None:
         loop = asyncio.get_running_loop()

@@ -15,7 +15,7 @@ from anyrtd.config import Config, ConfigError
 from anyrtd.control.server import ControlServer, ControlStartError
 from anyrtd.daemon import Daemon
 from anyrtd.election import Election
-from anyrtd.mirror import Mirror, rebuild_if_lost
+from anyrtd.mirror import rebuild_if_lost
 from anyrtd.mirror_guard import MirrorFault
 from anyrtd.notify import Notifier, run_watchdog
 from anyrtd.statedir import StateDirError, hold_state_dir
@@ -230,14 +230,10 @@ async def _until_stopped(stop: asyncio.Event, daemon: Daemon) -> MirrorFault | N
 
 async def refresh_summary(daemon: Daemon, *, runs: bool = True) -> None:
     """Read the outbox depth (which `/healthz` reports too) and, with `runs`, today's run
-    count from the mirror, for the status line. The depth is counted again only once the
-    outbox has changed: an idle daemon does not query its mirror every few seconds."""
+    count from the mirror, for the status line."""
     now = daemon.clock.now()
     assert daemon.db is not None
-    changes = daemon.db.mirror.outbox_changes  # before the count: a change during it counts
-    if changes != daemon.outbox_counted_at:
-        daemon.outbox_depth = await daemon.db_call(Mirror.outbox_depth)
-        daemon.outbox_counted_at = changes
+    daemon.outbox_depth = await daemon.db.outbox_depth()
     if runs:
         counts = await daemon.db_call(lambda m: m.run_counts(since=now - now % 86400))
         daemon.runs_today = sum(counts.values())
