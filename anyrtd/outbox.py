@@ -79,7 +79,8 @@ class DrainWake:
     async def wait(self, timeout: float) -> bool:  # noqa: ASYNC109 - the loop's retry period
         """Wait for a reason to drain, at most `timeout`; return whether there is one."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._event.wait(), timeout=timeout)
+            async with asyncio.timeout(timeout):
+                await self._event.wait()
         kicked = self._event.is_set()
         self._event.clear()
         return kicked or not self._settled

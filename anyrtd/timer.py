@@ -154,8 +154,10 @@ class Timer:
             wake.append(at)
         self.rearm.clear()
         timeout = min(IDLE_WAKE_S, max(0.0, min(wake, default=now + IDLE_WAKE_S) - now))
+        # `asyncio.timeout`, not `wait_for`, which in 3.11 makes a task of the wait each step.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.rearm.wait(), timeout=timeout)
+            async with asyncio.timeout(timeout):
+                await self.rearm.wait()
 
     async def clear_of(self, stall_s: float = CLEAR_STALL_S) -> None:
         """Return when `stall_s` of work on the event loop would not hold up a start: at
@@ -264,7 +266,8 @@ class Timer:
         while self._note_due:
             self._note_due = False
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._note_now.wait(), timeout=NOTE_WAIT_S)
+                async with asyncio.timeout(NOTE_WAIT_S):
+                    await self._note_now.wait()
             await self._note_once()
 
     async def _note_once(self) -> None:
