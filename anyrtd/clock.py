@@ -4,17 +4,28 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
+
+
+class Cancellable(Protocol):
+    """A call to come (an `asyncio.TimerHandle`, or a task), taken back with `cancel`."""
+
+    def cancel(self) -> Any: ...
 
 
 class Clock(Protocol):
-    """Wall time (unix seconds), monotonic time and sleeping."""
+    """Wall time (unix seconds), monotonic time, sleeping and calls to come."""
 
     def now(self) -> float: ...
 
     def monotonic(self) -> float: ...
 
     async def sleep(self, seconds: float) -> None: ...
+
+    def call_later(self, seconds: float, fn: Callable[[], None]) -> Cancellable:
+        """Call `fn` in `seconds` from the event loop, unless cancelled first."""
+        ...
 
 
 class SystemClock:
@@ -28,6 +39,10 @@ class SystemClock:
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(max(0.0, seconds))
+
+    def call_later(self, seconds: float, fn: Callable[[], None]) -> Cancellable:
+        # A timer handle, not a task that sleeps: a run's budget costs no task.
+        return asyncio.get_running_loop().call_later(max(0.0, seconds), fn)
 
 
 class FakeClock:
@@ -63,6 +78,13 @@ class FakeClock:
             if self._changed is None:
                 self._changed = asyncio.Event()
             await self._changed.wait()
+
+    def call_later(self, seconds: float, fn: Callable[[], None]) -> Cancellable:
+        async def later() -> None:
+            await self.sleep(seconds)
+            fn()
+
+        return asyncio.get_running_loop().create_task(later())
 
 
 def _has_loop() -> bool:

@@ -269,7 +269,7 @@ class Runner:
             return _Ended(
                 RunStatus.FAILED, "ProgramNotFound", self._programs.not_found(req.program)
             )
-        budget = asyncio.create_task(self._budget(flight))
+        budget = self._clock.call_later(flight.budget_s, lambda: flight.signal("budget"))
         try:
             if program.command is not None:
                 return await self._run_command(program, program.command, req, capture, flight)
@@ -277,10 +277,6 @@ class Runner:
             return await self._run_in_process(call, req, capture, flight)
         finally:
             budget.cancel()
-
-    async def _budget(self, flight: _Flight) -> None:
-        await self._clock.sleep(flight.budget_s)
-        flight.signal("budget")
 
     def _stopped(self, why: str, flight: _Flight) -> _Ended:
         if why == "budget":
