@@ -218,12 +218,12 @@ class Mirror:
         """How many commits have queued outbox writes (read from the loop: a drain whose
         last read saw the count unchanged has seen every write queued)."""
         self.outbox_changes = 0
+        """How many transactions have changed the outbox's rows (queued, released, dropped,
+        sent, set aside): an outbox depth counted at one value holds until it moves."""
         self._writer: Connection | None = None
         """The connection the hot writes (`commit`, the outbox's acks) go through, kept
         open: a pool checkout, a connection object and its reset for every transaction were
         about a tenth of a fire's CPU in the loop's thread and the mirror's."""
-        """How many transactions have changed the outbox's rows (queued, released, dropped,
-        sent, set aside): an outbox depth counted at one value holds until it moves."""
         event.listen(self.engine, "connect", _on_connect)
         event.listen(self.engine, "begin", self._on_begin)
         event.listen(self.engine, "handle_error", self._on_error)
@@ -619,18 +619,23 @@ _UPSERT_META = (
 
 
 def _write_batch(conn: Connection, batch: Batch, now: float) -> None:
+    # The upserts are unconditional, so only the last write of a key counts: a run noted
+    # started and then closed in one batch is written once.
     if batch.records:
-        conn.exec_driver_sql(_UPSERT_RECORD, [(i, v, _dumps(r), now) for i, v, r in batch.records])
+        records = _last_of(batch.records, lambda r: r[0])
+        conn.exec_driver_sql(_UPSERT_RECORD, [(i, v, _dumps(r), now) for i, v, r in records])
     for chunk in _chunks(batch.forget_records, 500):
         conn.execute(delete(records_table).where(records_table.c.id.in_(chunk)))
     if batch.entries:
-        conn.exec_driver_sql(_UPSERT_ENTRY, [_entry_values(e) for e in batch.entries])
+        entries = _last_of(batch.entries, lambda e: e.trigger_id)
+        conn.exec_driver_sql(_UPSERT_ENTRY, [_entry_values(e) for e in entries])
     for chunk in _chunks(batch.evict, 500):
         conn.execute(delete(entries_table).where(entries_table.c.trigger_id.in_(chunk)))
     if batch.tombstones:
         conn.exec_driver_sql(_INSERT_TOMBSTONE, [(i, now) for i in batch.tombstones])
     if batch.runs:
-        conn.exec_driver_sql(_UPSERT_RUN, [_run_values(r) for r in batch.runs])
+        runs = _last_of(batch.runs, lambda r: r.run_id)
+        conn.exec_driver_sql(_UPSERT_RUN, [_run_values(r) for r in runs])
     for chunk in _chunks(batch.drop_runs, 500):
         conn.execute(delete(runs_table).where(runs_table.c.run_id.in_(chunk)))
     c = outbox_table.c
@@ -659,6 +664,11 @@ def _write_batch(conn: Connection, batch: Batch, now: float) -> None:
         conn.execute(update(outbox_table).where(c.not_before.is_not(None)).values(not_before=None))
     if batch.meta:
         conn.exec_driver_sql(_UPSERT_META, list(batch.meta.items()))
+
+
+def _last_of(items: Sequence[T], key: Callable[[T], Any]) -> Iterable[T]:
+    """Return the last of the items of each key."""
+    return {key(item): item for item in items}.values()
 
 
 def _chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
