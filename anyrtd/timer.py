@@ -147,11 +147,13 @@ class Timer:
         elif due is not None:
             runs = self.registry.count_due(due)
             at = due - self.lead.of(runs)
-            # Not while the prepare would hold up the start of a batch prepared already.
-            if at <= now and (ready is None or now + self.lead.expect(runs) < ready.due):
+            if at > now:
+                wake.append(at)
+            # Not while the prepare would hold up the start of a batch prepared already: it
+            # waits for that start (a wake already), rather than spinning until then.
+            elif ready is None or now + self.lead.expect(runs) < ready.due:
                 await self.prepare(due, now)
                 return
-            wake.append(at)
         self.rearm.clear()
         timeout = min(IDLE_WAKE_S, max(0.0, min(wake, default=now + IDLE_WAKE_S) - now))
         # `asyncio.timeout`, not `wait_for`, which in 3.11 makes a task of the wait each step.

@@ -481,3 +481,23 @@ async def test_work_that_holds_the_loop_waits_for_a_start_due_within_it(stage: S
     assert await took(-5.0, 0.02) < 0.2  # long passed (a late batch): at once
     waited = await took(0.2, 0.3)  # within the stall: just after the start
     assert waited >= 0.2
+
+
+async def test_a_prepare_held_up_by_a_batch_prepared_already_sleeps_until_its_start(
+    stage: Stage,
+) -> None:
+    """The next batch's lead has come, but preparing it now would hold up the start of the
+    batch prepared already: the timer sleeps until that start, rather than waking at once
+    again and again until then."""
+    stage.adopt(CRON)
+    due = stage.registry.next_due()
+    assert due is not None
+    ready = due - 0.01
+    stage.clock.set(ready - 1.0)
+    stage.timer.lead.note(1, 0.0, 1.0)  # a commit takes 1 s: a lead of 2 s, expected 1 s
+    stage.timer.prepared[:] = [Prepared(ready, {}, Undo({}, {}, 0))]
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.3):
+            await stage.timer.step()
+    assert stage.timer.prepared[0].due == ready  # nothing else was prepared meanwhile
+    stage.timer.prepared.clear()
