@@ -214,6 +214,8 @@ class Unit:
                     pass
             return
         async with self._lock:
+            if not self._batch:  # the commit this caller waited for took its writes
+                return
             await asyncio.sleep(0)  # the writes queued in this turn of the loop join in
             await self._commit_pending(now)
 
