@@ -15,6 +15,7 @@ import pytest
 from anyrtd import logs
 from anyrtd.logs import setup_logging, syslog_priority
 
+SWITCHES = ("_srcfile", "logThreads", "logProcesses", "logMultiprocessing")
 PLAIN_HEAD = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}[+-]\d\d:\d\d"
 
 
@@ -24,9 +25,12 @@ def restore_logging() -> Iterator[None]:
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
     chatty = {name: logging.getLogger(name).level for name in ("httpx", "httpcore")}
+    switches = {name: getattr(logging, name) for name in SWITCHES}
     try:
         yield
     finally:
+        for name, value in switches.items():
+            setattr(logging, name, value)  # pytest's reports print the caller's file and line
         for h in root.handlers[:]:
             if h not in handlers:
                 root.removeHandler(h)
@@ -149,6 +153,22 @@ def test_the_level_filters_and_http_request_lines_stay_quiet_at_info() -> None:
     setup_logging("DEBUG", env={}, stream=stream)
     logging.getLogger("httpx").info("HTTP Request: now shown")
     assert "HTTP Request: now shown" in stream.getvalue()
+
+
+def test_records_no_longer_carry_the_fields_no_line_prints() -> None:
+    """The caller's file and line (a walk of the stack), the thread and the process."""
+    setup_logging(env={}, stream=io.StringIO())
+    seen: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record)
+
+    logging.getLogger().addHandler(Keep())
+    logging.getLogger("anyrtd.firing").info("firing t1")
+    [record] = seen
+    assert (record.pathname, record.lineno) == ("(unknown file)", 0)
+    assert (record.thread, record.process, record.processName) == (None, None, None)
 
 
 def test_setting_up_twice_replaces_the_handler() -> None:
