@@ -27,7 +27,7 @@ from anyrtd.model import TriggerDef
 from anyrtd.program import RunOutcome, RunRequest
 from anyrtd.records import RecordCache
 from anyrtd.registry import Entry, Registry, new_row
-from anyrtd.timer import LEAD_MAX_S, LEAD_MIN_S, Lead, Prepared, Timer
+from anyrtd.timer import LEAD_MAX_S, LEAD_MIN_S, PRECISE_S, Lead, Prepared, Timer
 from anyrtd.unit import Unit
 from anyrtd.vocab import RunStatus, Verdict
 
@@ -501,3 +501,32 @@ async def test_a_prepare_held_up_by_a_batch_prepared_already_sleeps_until_its_st
             await stage.timer.step()
     assert stage.timer.prepared[0].due == ready  # nothing else was prepared meanwhile
     stage.timer.prepared.clear()
+
+
+async def test_a_batch_due_within_the_last_stretch_starts_at_its_due_time_never_before(
+    stage: Stage,
+) -> None:
+    """On the real clock, the last `PRECISE_S` before a prepared batch's due time is slept
+    in the thread, then the batch starts: at or after its due time, never before it. A
+    batch further away is waited for in the loop, and not started early."""
+    timer = Timer(stage.registry, stage.firing, SystemClock(), lambda: (PEER, Verdict.ACTIVE))
+    started: list[tuple[float, float]] = []
+
+    async def start(batch: Prepared) -> list[str]:
+        started.append((batch.due, time.time()))
+        timer.prepared.remove(batch)
+        return []
+
+    timer.start = start  # type: ignore[method-assign]
+    undo = Undo({}, {}, 0)
+    for _ in range(20):
+        timer.prepared[:] = [Prepared(time.time() + PRECISE_S / 2, {}, undo)]
+        await timer.step()
+    assert len(started) == 20 and all(at >= due for due, at in started)
+    started.clear()
+    timer.prepared[:] = [Prepared(time.time() + 0.2, {}, undo)]
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(0.1):
+            await timer.step()
+    assert started == []
+    timer.prepared.clear()
