@@ -18,8 +18,10 @@ from urllib.parse import quote, urlsplit
 if TYPE_CHECKING:  # a local CLI command imports this module's types, not aiohttp
     import aiohttp
 
-PACED_BYTES = 100_000
-"""A feed page larger than this (about a millisecond of decoding) waits for `pace` first."""
+PACED_BYTES = 10_000
+"""A feed page larger than this waits for `pace` first: decoding it and taking its changes
+hold the loop for milliseconds (a second of a busy device's own writes shown back, about
+100 KB, for 5-6 ms)."""
 
 JSON_HEADERS = {"Content-Type": "application/json"}
 

@@ -37,7 +37,7 @@ from anyrtd.role import Role
 from anyrtd.rows import RunRow
 from anyrtd.runner import Runner
 from anyrtd.sync import TICK_CHANGES, Sync
-from anyrtd.timer import Timer
+from anyrtd.timer import CLEAR_STALL_S, Timer
 from anyrtd.unit import CommitFailed, Unit, is_disk_full
 from anyrtd.vocab import Verdict
 from anyrtd.why_facts import Explains
@@ -370,8 +370,8 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
         with contextlib.suppress(TimeoutError):  # a wake set during the last tick counts
             await asyncio.wait_for(self._wake.wait(), timeout=self.config.tick_s)
         self._wake.clear()
-        if self.apply.spreading:  # its slice holds the loop for tens of ms: not over a start
-            await self.timer.clear_of(SPREAD_STALL_S)
+        # A tick holds the loop for milliseconds (with a spread's slice, tens): not over a start.
+        await self.timer.clear_of(SPREAD_STALL_S if self.apply.spreading else CLEAR_STALL_S)
         await self.tick()
 
     async def _sync_loop(self) -> None:

@@ -52,7 +52,7 @@ LEAD_MAX_S = 2.0
 """A batch is prepared at least 50 ms and at most 2 s ahead of its due time."""
 CLEAR_STALL_S = 0.02
 """About how long the event loop is held by the longest stretches of work besides the
-timer's (a drain's encoding, a large feed page's decoding): `Timer.clear_of`."""
+timer's (a tick, a drain's encoding, a feed page's decoding): `Timer.clear_of`."""
 CLEAR_WAIT_MAX_S = 0.25
 """The longest such work waits for a start to pass."""
 NOTE_WAIT_S = 0.2
@@ -394,4 +394,4 @@ class Timer:
         return rest
 
 
-__all__ = ["LEAD_MAX_S", "LEAD_MIN_S", "PRECISE_S", "Lead", "Prepared", "Timer"]
+__all__ = ["CLEAR_STALL_S", "LEAD_MAX_S", "LEAD_MIN_S", "PRECISE_S", "Lead", "Prepared", "Timer"]
