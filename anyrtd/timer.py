@@ -136,8 +136,9 @@ class Timer:
         firing.on_clock_step = lambda: self.cancel_all("the wall clock stepped back")
 
     async def step(self) -> None:
-        """Start a prepared batch whose due time came, prepare the next one when it is a
-        lead away, fire what is due late; else sleep until one of those (or `rearm`)."""
+        """Start a prepared batch whose due time came (within `PRECISE_S` of it, sleeping
+        the rest in the thread), prepare the next one when it is a lead away, fire what is
+        due late; else sleep until one of those (or `rearm`)."""
         self.firing.watch_clock()
         now = self.clock.now()
         ready = self.prepared[0] if self.prepared else None
