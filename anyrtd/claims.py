@@ -4,12 +4,17 @@ Each device syncs its own replica of the records, with a delay the daemon does n
 control. Two rules keep an unassigned `once` to one run (docs/election.md, "Exactly once
 across replicas"):
 
-- **The takeover hold.** A device that gains the active role claims nothing until its
-  predecessor's stand-down beat (the `handoff` field, written on the chat-watch record
-  after the predecessor's last claim) has reached its own replica: from then on every
-  claim the predecessor made is visible here, and a record it claimed is no longer
-  unassigned. A predecessor that is gone cannot write one: the hold then lasts twice the
-  replication lag measured on the change feed. `takeover_hold_s` bounds the hold.
+- **The takeover hold.** A device that gains the active role claims nothing until the
+  stand-down beat (the `handoff` field, written on the chat-watch record after a device's
+  last claim) of every other device whose row claimed the role before has reached its own
+  replica, or a beat that covers that claim: from then on every claim those devices made
+  is visible here, and a record they claimed is no longer unassigned. Each device writes
+  its beat as soon as it sees it no longer holds the role, whether or not its own hold
+  was over (the beat vouches for its own claims; `covers` says up to which term it
+  vouches for everyone's), so a role that moved faster than the poll settles within a
+  poll and the replication lag. A device that is gone cannot write one: the hold then
+  lasts twice the replication lag measured on the change feed. `takeover_hold_s` bounds
+  the hold.
 - **The fencing token.** A claim writes, with `owner`, the field `claim` =
   `{"seq", "peer", "at"}`: the claimant's election `seq` (its row's claim on the role).
   When two claims on one record meet, the lower `(seq, peer)` stands on every device:
@@ -42,6 +47,8 @@ CLAIM_FIELD = "claim"
 """The runtime-owned field a claim writes beside `owner`: `{"seq", "peer", "at"}`."""
 HANDOFF_FIELD = "handoff"
 """The runtime-owned field of the stand-down beat, on the chat-watch record."""
+COVERS = "covers"
+"""The key of a beat that says up to which term it vouches for every device's claims."""
 DEFAULT_HOLD_S = 60.0
 LEASE_POLLS = 3
 """A holder claims only within this many election polls of its last good registry read."""
@@ -71,6 +78,15 @@ class Term:
     """The highest seq of any row, pruned ones included: the newest term the registry knows."""
     read_at: float | None = None
     """When the registry was read (the lease of a holder runs from its last good read)."""
+    others: tuple[tuple[Token, bool], ...] = ()
+    """Every other row's claim below the winner's, with whether the row is live: the claims
+    a new holder must see covered before it claims (empty: only `previous`, if any)."""
+
+    def before(self) -> tuple[tuple[Token, bool], ...]:
+        """Return the other rows' claims below the winner's, with whether each row is live."""
+        if self.others:
+            return self.others
+        return ((self.previous, self.previous_live),) if self.previous is not None else ()
 
 
 def term_of(
@@ -101,6 +117,7 @@ def term_of(
         mine=mine[0] if mine else None,
         top=max((tok.seq for tok, _ in claims.values()), default=0),
         read_at=read_at,
+        others=tuple(sorted(below)),
     )
 
 
@@ -133,6 +150,18 @@ def _field(token: Token, now: float) -> dict[str, Any]:
     return {"seq": token.seq, "peer": token.peer, "at": now}
 
 
+def beat_covers(value: Any, token: Token) -> int:
+    """Return the term up to which a stand-down beat vouches for every device's claims.
+
+    A beat written without `covers` (by an anyrtd that beat only once its own hold was
+    over) vouches for every claim up to its own term.
+    """
+    covers = value.get(COVERS) if isinstance(value, Mapping) else None
+    if isinstance(covers, int) and not isinstance(covers, bool):
+        return covers
+    return token.seq
+
+
 class Fence:
     """One device's side of the rules: its term, the takeover hold, and the tokens it has seen."""
 
@@ -157,8 +186,10 @@ class Fence:
         self.term: Token | None = None
         """This device's token while it holds the active role."""
         self.waiting: Token | None = None
-        """The predecessor whose beat the hold waits for (None: no hold)."""
-        self._previous: Token | None = None
+        """The latest earlier claim on the role whose beat the hold waits for (None: no hold)."""
+        self.before: tuple[tuple[Token, bool], ...] = ()
+        """The other rows' claims below this device's term when it took the role, with
+        whether each row was live: what the hold waits to see covered."""
         self.predecessor_gone = False
         self.hold_from = 0.0
         self.shadow_until: float | None = None
@@ -170,6 +201,14 @@ class Fence:
         """A token above any seq the registry has shown, seen on a record: the role moved."""
         self.handoff: Token | None = None
         """The highest stand-down beat seen on this replica."""
+        self.beats: dict[str, int] = {}
+        """The highest beat's seq of each device seen on this replica: every claim that
+        device made up to that term is visible here."""
+        self.covered = 0
+        """The highest term whose claims, every device's, a beat seen here covers."""
+        self.vouch = 0
+        """The highest term whose claims, every device's, this replica shows: `covered`, or
+        a term of this device whose hold ended. This device's beat says it (`covers`)."""
         self.mine: dict[str, Token] = {}
         """The token of each claim this device stamped (and has not seen superseded)."""
         self.seen: dict[str, Token] = {}
@@ -203,9 +242,13 @@ class Fence:
                         self.top,
                     )
                 self.stale = token
-        beat = read_token(record.get(HANDOFF_FIELD))
-        if beat is not None and (self.handoff is None or beat > self.handoff):
-            self.handoff = beat
+        value = record.get(HANDOFF_FIELD)
+        beat = read_token(value)
+        if beat is not None:
+            if self.handoff is None or beat > self.handoff:
+                self.handoff = beat
+            self.beats[beat.peer] = max(self.beats.get(beat.peer, 0), beat.seq)
+            self.covered = max(self.covered, beat_covers(value, beat))
 
     def sample_lag(self, records: Iterable[Mapping[str, Any]], me: str | None, now: float) -> None:
         """Measure the replication lag from the stamps other devices wrote, as they arrive."""
@@ -224,6 +267,20 @@ class Fence:
     def lag(self) -> float | None:
         """Return the highest replication lag among the recent samples, or None without any."""
         return max(self.lags) if self.lags else None
+
+    def accounted(self, token: Token, *, beats_only: bool = False) -> bool:
+        """Tell whether every claim made under `token` (and before it, by its device) is
+        visible on this replica: its device's beat for that term, a beat covering it, or
+        (unless `beats_only`) a hold of this device that ended after it."""
+        covered = self.covered if beats_only else max(self.covered, self.vouch)
+        return self.beats.get(token.peer, 0) >= token.seq or covered >= token.seq
+
+    def _pending(self, *, beats_only: bool = False) -> list[tuple[Token, bool]]:
+        return [
+            (tok, live)
+            for tok, live in self.before
+            if not self.accounted(tok, beats_only=beats_only)
+        ]
 
     # the role
 
@@ -244,7 +301,9 @@ class Fence:
             self._take_over(winner, term, now)
         elif not active and self.term is not None:
             log.info("stood down from term %d: claiming nothing more", self.term.seq)
-            self.term = None
+            # A hold still running is moot: this device claims nothing now, and its beat
+            # vouches for its own claims whether or not the hold was over (`handoff_due`).
+            self.term, self.waiting, self.before = None, None, ()
         elif active and term is None:
             self.term, self.waiting = None, None  # the election is off: one device, no fence
         if not active and term is not None and term.mine is not None:
@@ -258,39 +317,43 @@ class Fence:
 
     def _take_over(self, winner: Token, term: Term | None, now: float) -> None:
         self.term, self.hold_from = winner, now
-        previous = term.previous if term is not None else None
-        self.waiting = self._previous = previous
+        self.before = term.before() if term is not None else ()
         self.shadow_until = None
-        self.predecessor_gone = previous is not None and not (term and term.previous_live)
-        if previous is None:
+        pending = self._pending()
+        self.waiting = max(tok for tok, _ in pending) if pending else None
+        self.predecessor_gone = bool(pending) and not any(live for _, live in pending)
+        if not self.before:
+            self.vouch = max(self.vouch, winner.seq)
             log.info("took term %d: no predecessor, claiming at once", winner.seq)
-        elif self._hold_over(now):
-            self.waiting = None
+        elif self.waiting is None:
+            self.vouch = max(self.vouch, winner.seq)
             log.info(
                 "took term %d: the beat of term %d is already here, claiming at once",
                 winner.seq,
-                previous.seq,
+                max(tok for tok, _ in self.before).seq,
             )
         else:
             log.info(
                 "took term %d: holding claims until term %d's stand-down beat arrives "
                 "(%s, at most %.0fs)",
                 winner.seq,
-                previous.seq,
-                "its device is gone" if self.predecessor_gone else "from " + previous.peer,
+                self.waiting.seq,
+                "its device is gone" if self.predecessor_gone else "from " + self.waiting.peer,
                 self.hold_max_s,
             )
 
     def _hold_over(self, now: float) -> bool:
-        waiting = self.waiting
-        if waiting is None:
+        if self.waiting is None:
             return True
         held = now - self.hold_from
-        if self._beat_seen(waiting):
+        pending = self._pending()
+        if not pending:
             self._ended("its stand-down beat arrived", held)
             return True
+        self.waiting = max(tok for tok, _ in pending)
         why = None
-        if self.predecessor_gone:
+        if not any(live for _, live in pending):
+            # Only devices that are gone are left: they write no beat.
             lag = self.lag()
             quiet = self.hold_max_s if lag is None else max(self.tick_s, 2 * lag)
             if held >= min(quiet, self.hold_max_s):
@@ -304,9 +367,6 @@ class Fence:
         self.shadow_until = now + self.hold_max_s
         self._ended(why, held)
         return True
-
-    def _beat_seen(self, predecessor: Token) -> bool:
-        return self.handoff is not None and self.handoff >= predecessor
 
     def confirm_after(self, base: float, now: float) -> float:
         """Return how long a claim must stand before it is confirmed: `base`, or a round
@@ -322,8 +382,7 @@ class Fence:
             return base
         lag = self.lag()
         trip = max(base, 2 * (lag or 0.0) + 2 * self.tick_s)
-        previous = self._previous
-        if self.term is not None and previous is not None and self._beat_seen(previous):
+        if self.term is not None and self.before and not self._pending(beats_only=True):
             self.shadow_until = min(self.shadow_until, now)  # noted at most a tick late
         if now >= self.shadow_until + trip:  # the last claim made in the shadow had its trip
             self.shadow_until = None
@@ -331,6 +390,9 @@ class Fence:
         return trip
 
     def _ended(self, why: str, held: float) -> None:
+        if self.term is not None:
+            # What this device claims from now on comes after every earlier term's claims.
+            self.vouch = max(self.vouch, self.term.seq)
         lag = self.lag()
         log.info(
             "takeover hold over after %.1fs: %s (replication lag measured: %s)",
@@ -388,30 +450,40 @@ class Fence:
     def _owe(self, token: Token) -> None:
         if token == self._beaten or token == self._owed:
             return
-        if self.handoff is not None and self.handoff >= token:
-            return  # a later beat already covers this term
+        if self.accounted(token, beats_only=True):
+            return  # a beat already vouches for this term's claims
         self._owed = token
 
     def handoff_due(self, now: float) -> dict[str, Any] | None:
-        """Return the beat to write once standing by and past this device's own hold."""
+        """Return the beat to write once standing by, or None when none is owed.
+
+        The beat vouches for this device's own claims (its writes go out in order, the
+        claims first) and, in `covers`, for every claim up to the highest term this
+        replica shows covered. It does not wait for this device's own hold: a successor
+        looks for each earlier holder's beat, so none has to vouch for the others.
+        """
         token = self._owed
-        if token is None or self.waiting is not None or self.term is not None:
+        if token is None or self.term is not None:
             return None
         self._owed, self._beaten = None, token
-        if self.handoff is not None and self.handoff >= token:
+        if self.accounted(token, beats_only=True):
             return None
-        self.handoff = token
-        return {HANDOFF_FIELD: _field(token, now)}
+        if self.handoff is None or token > self.handoff:
+            self.handoff = token
+        self.beats[token.peer] = max(self.beats.get(token.peer, 0), token.seq)
+        return {HANDOFF_FIELD: {**_field(token, now), COVERS: max(self.covered, self.vouch)}}
 
 
 __all__ = [
     "CLAIM_FIELD",
+    "COVERS",
     "DEFAULT_HOLD_S",
     "HANDOFF_FIELD",
     "LEASE_POLLS",
     "Fence",
     "Term",
     "Token",
+    "beat_covers",
     "claim_token",
     "outranks",
     "read_token",

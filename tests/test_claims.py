@@ -49,21 +49,28 @@ def row(peer: str, seq: int | None = None, deleted: bool = False) -> tuple[str, 
             [row(A, 1), row(B, 2), row(C)],
             B,
             B,
-            Term(Token(2, B), Token(1, A), True, Token(2, B), 2),
+            Term(Token(2, B), Token(1, A), True, Token(2, B), 2, others=((Token(1, A), True),)),
             id="the predecessor is the highest claim below the winner's",
         ),
         pytest.param(
             [row(A, 3), row(B, 2), row(C, 4)],
             A,
             C,
-            Term(Token(4, C), Token(3, A), True, Token(3, A), 4),
+            Term(
+                Token(4, C),
+                Token(3, A),
+                True,
+                Token(3, A),
+                4,
+                others=((Token(2, B), True), (Token(3, A), True)),
+            ),
             id="a standby device sees its own claim apart from the winner's",
         ),
         pytest.param(
             [row(A, 1, deleted=True), row(B, 2)],
             B,
             B,
-            Term(Token(2, B), Token(1, A), False, Token(2, B), 2),
+            Term(Token(2, B), Token(1, A), False, Token(2, B), 2, others=((Token(1, A), False),)),
             id="a pruned predecessor is not live",
         ),
         pytest.param(
@@ -332,20 +339,61 @@ def test_a_holder_that_stands_down_owes_one_beat_for_its_term() -> None:
     fence.follow(True, term(Token(1, A)), NOW)
     assert fence.handoff_due(NOW) is None  # active: nothing owed yet
     fence.follow(False, term(Token(2, B), Token(1, A), mine=Token(1, A)), NOW + 1)
-    assert fence.handoff_due(NOW + 1) == {HANDOFF_FIELD: {"seq": 1, "peer": A, "at": NOW + 1}}
+    due = {HANDOFF_FIELD: {"seq": 1, "peer": A, "at": NOW + 1, "covers": 1}}
+    assert fence.handoff_due(NOW + 1) == due
     fence.follow(False, term(Token(2, B), Token(1, A), mine=Token(1, A)), NOW + 2)
     assert fence.handoff_due(NOW + 2) is None
 
 
-def test_a_holder_still_on_hold_beats_only_after_its_own_hold() -> None:
+def test_a_holder_still_on_hold_beats_at_once_for_its_own_claims_only() -> None:
     fence = Fence(hold_max_s=60, tick_s=1)
     fence.follow(True, term(Token(2, B), Token(1, A)), NOW)
     moved = term(Token(3, C), Token(2, B), mine=Token(2, B))
     fence.follow(False, moved, NOW + 1)
-    assert fence.handoff_due(NOW + 1) is None  # A's claims may not have reached here yet
+    # A's claims may not have reached here yet: the beat covers no term beyond B's own.
+    due = {HANDOFF_FIELD: {"seq": 2, "peer": B, "at": NOW + 1, "covers": 0}}
+    assert fence.handoff_due(NOW + 1) == due
+    assert fence.waiting is None  # standing by: no hold left to wait out
+
+
+def test_a_beat_vouches_for_every_term_its_device_saw_covered() -> None:
+    fence = Fence(hold_max_s=60, tick_s=1)
+    fence.follow(True, term(Token(2, B), Token(1, A)), NOW)
     fence.note(beat(Token(1, A)))
-    fence.follow(False, moved, NOW + 2)
-    assert fence.handoff_due(NOW + 2) == {HANDOFF_FIELD: {"seq": 2, "peer": B, "at": NOW + 2}}
+    fence.follow(True, term(Token(2, B), Token(1, A)), NOW + 1)  # the hold is over
+    fence.follow(False, term(Token(3, C), Token(2, B), mine=Token(2, B)), NOW + 2)
+    due = {HANDOFF_FIELD: {"seq": 2, "peer": B, "at": NOW + 2, "covers": 2}}
+    assert fence.handoff_due(NOW + 2) == due
+
+
+def test_the_hold_waits_for_every_earlier_holder_not_covered() -> None:
+    fence = Fence(hold_max_s=60, tick_s=1)
+    earlier = ((Token(1, A), True), (Token(2, B), True))
+    fence.follow(True, term(Token(3, C), Token(2, B), others=earlier), NOW)
+    fence.note(beat(Token(2, B)) | {HANDOFF_FIELD: {"seq": 2, "peer": B, "at": NOW, "covers": 0}})
+    fence.follow(True, term(Token(3, C), Token(2, B), others=earlier), NOW + 1)
+    assert not fence.may_claim(NOW + 1)  # B vouches for its own claims, not for A's
+    assert fence.waiting == Token(1, A)
+    fence.note(beat(Token(1, A)))
+    assert fence.follow(True, term(Token(3, C), Token(2, B), others=earlier), NOW + 2) is True
+    assert fence.may_claim(NOW + 2)
+
+
+def test_two_devices_on_hold_from_a_fast_flap_release_each_other_with_their_beats() -> None:
+    a, b = Fence(hold_max_s=60, tick_s=1), Fence(hold_max_s=60, tick_s=1)
+    # The role moved A (1) -> B (2) -> A (3) -> B (4) -> A (5) between polls: each device
+    # saw itself take a term and never saw its predecessor stand down.
+    a.follow(True, term(Token(1, A)), NOW)
+    b.follow(True, term(Token(4, B), Token(3, A)), NOW + 1)
+    a.follow(True, term(Token(5, A), Token(4, B)), NOW + 2)
+    assert not a.may_claim(NOW + 2) and not b.may_claim(NOW + 2)
+    # The role settles on A; B sees it at its next poll and beats at once.
+    b.follow(False, term(Token(5, A), Token(4, B), mine=Token(4, B)), NOW + 3)
+    sent = b.handoff_due(NOW + 3)
+    assert sent is not None
+    a.note({"id": "chat-watch", "owner": A, **sent})
+    assert a.follow(True, term(Token(5, A), Token(4, B)), NOW + 4) is True
+    assert a.may_claim(NOW + 4)
 
 
 def test_no_beat_over_a_later_one() -> None:
@@ -359,7 +407,8 @@ def test_a_device_that_never_held_its_claim_still_beats_for_it() -> None:
     fence = Fence(hold_max_s=60, tick_s=1)
     # A activated (seq 2) at the same moment as B (seq 3) and lost: its successor waits on 2.
     fence.follow(False, term(Token(3, B), Token(2, A), mine=Token(2, A)), NOW)
-    assert fence.handoff_due(NOW) == {HANDOFF_FIELD: {"seq": 2, "peer": A, "at": NOW}}
+    due = {HANDOFF_FIELD: {"seq": 2, "peer": A, "at": NOW, "covers": 0}}
+    assert fence.handoff_due(NOW) == due
 
 
 # the reconcile: where claims meet
