@@ -17,7 +17,7 @@ import contextlib
 import importlib.metadata
 import logging
 from collections import OrderedDict, deque
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
@@ -47,6 +47,28 @@ _LISTED = 30
 def generation_id(n: int) -> str:
     """Return the id of the n-th generation of the chat-watch record (1 is the bare id)."""
     return CHAT_WATCH_ID if n <= 1 else f"{CHAT_WATCH_ID}-g{n}"
+
+
+def generation_of(rid: str) -> int | None:
+    """Return the generation of a chat-watch id (1 for the bare id), or None for another id."""
+    if rid == CHAT_WATCH_ID:
+        return 1
+    prefix = f"{CHAT_WATCH_ID}-g"
+    digits = rid[len(prefix) :] if rid.startswith(prefix) else ""
+    if not (digits.isascii() and digits.isdigit()) or digits.startswith("0"):
+        return None
+    n = int(digits)
+    return n if 2 <= n <= MAX_GENERATIONS else None
+
+
+def current_generation(found: str, tombstones: Container[str]) -> str:
+    """Return the chat-watch generation in use: the first from `found` (the one boot found
+    or seeded) on that is not known deleted. Its record may not exist yet: the next boot
+    of any device seeds it."""
+    n = generation_of(found) or 1
+    while n < MAX_GENERATIONS and generation_id(n) in tombstones:
+        n += 1
+    return generation_id(n)
 
 
 def chat_watch_fields(chat_object_id: str) -> dict[str, Any]:
@@ -457,7 +479,9 @@ __all__ = [
     "ResponderContext",
     "SchedulerResponder",
     "chat_watch_fields",
+    "current_generation",
     "ensure_chat_watch",
     "generation_id",
+    "generation_of",
     "load_responders",
 ]

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 from anyrtd import standing
 from anyrtd.apply import Apply
-from anyrtd.chat import CHAT_WATCH_PROGRAM, ChatWatch, ensure_chat_watch
+from anyrtd.chat import CHAT_WATCH_PROGRAM, ChatWatch, current_generation, ensure_chat_watch
 from anyrtd.claims import Fence
 from anyrtd.client import Change, Dataset, ServerClient, ServerError, ServerUnavailable
 from anyrtd.clock import Clock
@@ -78,20 +78,33 @@ class Role:
         self.chat = ChatWatch(
             agent_name=agent_name, client=client, clock=clock, scheduler=port, fire=self.converse
         )
-        self.chat_watch_id: str | None = None
+        self._chat_watch_found: str | None = None
+        """The chat-watch generation boot found (or seeded); None until the server answered."""
+        self._stamped: str | None = None
+        """The generation this device re-stamped since it took the active role."""
         self.holding = False
         self.cursors: dict[str, int] = {}
         """Per other space an event trigger listens on, how far its change feed was read."""
         self._unfollowed: set[str] = set()
         self._ticked = asyncio.Event()
 
+    @property
+    def chat_watch_id(self) -> str | None:
+        """The chat-watch generation in use: the one boot found, or the next one not deleted
+        since (None until boot found one)."""
+        found = self._chat_watch_found
+        return None if found is None else current_generation(found, self.sync.tombstones)
+
     # standing built-ins and the chat-watch claim (docs/election.md)
 
     def hand_off(self, fence: Fence, now: float) -> None:
-        """Write the stand-down beat on chat-watch, after this device's last claim."""
+        """Write the stand-down beat on chat-watch, after this device's last claim; while
+        the generation in use has no record (deleted, the next not seeded yet), keep it owed:
+        a write there would fail or make a record of the beat alone."""
         cw = self.chat_watch_id
-        beat = fence.handoff_due(now) if cw is not None else None
-        if cw is not None and beat is not None:
+        if cw is None or cw not in self.records.parsed:
+            return
+        if (beat := fence.handoff_due(now)) is not None:
             self.unit.write_trigger(cw, beat)
 
     def follow_verdict(self, verdict: str, now: float, peer_id: str) -> None:
@@ -100,6 +113,8 @@ class Role:
             if not self.holding:
                 self.holding = True
                 self._take_over(now, peer_id)
+            elif self.chat_watch_id != self._stamped:
+                self._stamp_chat_watch(now, peer_id)  # a generation seeded since the takeover
             return
         if self.holding:
             self.holding = False
@@ -123,10 +138,18 @@ class Role:
             "took the active role: standing built-ins armed%s",
             f" ({', '.join(listed)} not installed)" if listed else "",
         )
+        self._stamped = None
+        self._stamp_chat_watch(now, peer_id)
+
+    def _stamp_chat_watch(self, now: float, peer_id: str) -> None:
+        """Re-stamp the chat-watch generation in use with this device's peer id, once a term
+        (at the takeover, or when its record first shows up); it confirms like any claim."""
         cw = self.chat_watch_id
         defn = self.records.parsed.get(cw) if cw is not None else None
-        if isinstance(defn, TriggerDef) and defn.owner != peer_id:
-            # Re-stamp it; it confirms like any claim.
+        if not isinstance(defn, TriggerDef):
+            return  # not here yet (or malformed): stamped when a valid record shows up
+        self._stamped = cw
+        if defn.owner != peer_id:
             self.apply.adopt(defn, claim=True, now=now, peer_id=peer_id)
 
     def _stand_down(self, verdict: str, peer_id: str) -> None:
@@ -173,7 +196,7 @@ class Role:
         except (ServerUnavailable, ServerError) as exc:
             log.debug("chat-watch not seeded yet: %s", exc)
             return False
-        self.chat_watch_id = rid
+        self._chat_watch_found = rid
         triggers = places.triggers
         self.sync.buffer(Change(0, triggers.object_id, triggers.name, rid, "update", dict(record)))
         return True
@@ -289,10 +312,11 @@ class Role:
             and e.row.marker is None
         ]
         now = self.clock.now()
+        cw = self.chat_watch_id
         for message in messages:
             agent = self.agent_name
             for defn in fires(message, listening, agent_space=self.space, agent_name=agent):
-                if defn.id == self.chat_watch_id and defn.program == CHAT_WATCH_PROGRAM:
+                if defn.id == cw and defn.program == CHAT_WATCH_PROGRAM:
                     self.chat.offer(message)
                 elif (entry := self.registry.get(defn.id)) is not None:
                     await self.firing.fire_event(entry, message, now, peer_id, self.gate.verdict)
