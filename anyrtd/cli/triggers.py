@@ -9,6 +9,7 @@ stderr that says what to do, with exit status 1.
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 import time
@@ -41,6 +42,18 @@ if TYPE_CHECKING:
     from anyrtd.control.writes import Records
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Seconds(click.FloatRange):
+    """A number of seconds from a flag that is not a spec field: finite, within the range."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        return number
 
 
 @click.group()
@@ -130,7 +143,7 @@ def _watch(config: Config, everything: bool, sort: str, every: float) -> None:
 @click.option("--watch", is_flag=True, help="Redraw the list every --interval s until Ctrl-C.")
 @click.option(
     "--interval",
-    type=click.FloatRange(min=0.1),
+    type=Seconds(min=0.1, max=86400),
     default=2.0,
     show_default=True,
     help="Seconds between redraws with --watch.",
@@ -268,6 +281,15 @@ def _reason_lines(bullet: str, reason: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def spec_number(value: float) -> int | float:
+    """Return a number from a flag as a spec holds it: a whole one as an int, anything else
+    (a fraction, NaN, infinity) as given, so that the spec check judges it as it judges
+    the same number in JSON."""
+    if isinstance(value, int) or not math.isfinite(value):
+        return value
+    return int(value) if value.is_integer() and abs(value) < 2**53 else value
+
+
 def parse_at(text: str, now: float, zone: tzinfo | None = None) -> float:
     """Read `--at`: epoch seconds, an ISO 8601 time (in `zone`, else local, when it has no
     offset), or `+10m`."""
@@ -348,13 +370,9 @@ def _definition(opts: Mapping[str, Any], now: float) -> dict[str, Any]:
             spec["tz"] = opts["tz"]
         fields.update(kind=Kind.CRON.value, spec=spec)
     elif opts.get("every_s") is not None:
-        every = opts["every_s"]
-        fields.update(
-            kind=Kind.CRON.value, spec={"every_s": int(every) if every == int(every) else every}
-        )
+        fields.update(kind=Kind.CRON.value, spec={"every_s": spec_number(opts["every_s"])})
     elif opts.get("at") is not None:
-        at = parse_at(opts["at"], now)
-        fields.update(kind=Kind.ONCE.value, spec={"at": int(at) if at == int(at) else at})
+        fields.update(kind=Kind.ONCE.value, spec={"at": spec_number(parse_at(opts["at"], now))})
     elif opts.get("event_chat") is not None:
         spec = {"dataset": "chat_messages", "objectId": opts["event_chat"]}
         if opts.get("event_space"):
@@ -817,7 +835,9 @@ def triggers_unpin(config: Config, trigger_id: str) -> None:
 @client_command
 @click.argument("trigger_id", metavar="ID", shell_complete=complete_trigger)
 @click.option("--wait", is_flag=True, help="Wait for the run to end and print its output.")
-@click.option("--timeout", type=float, default=300.0, show_default=True, help="With --wait.")
+@click.option(
+    "--timeout", type=Seconds(min=0), default=300.0, show_default=True, help="With --wait."
+)
 @json_option
 def triggers_run(
     config: Config, trigger_id: str, wait: bool, timeout: float, as_json: bool

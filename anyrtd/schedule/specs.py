@@ -23,6 +23,11 @@ MAX_EVERY_S = 100 * 365.25 * 86400.0
 #: faster than any schedule needs and floods the run records (0.001 s is 86 million a day).
 MIN_EVERY_S = 1.0
 
+#: The instants a date can be shown for in every zone: 0001-01-02 to 9999-12-31 UTC, a day
+#: inside what Python's datetime reaches. A once's `at` outside them is refused.
+FIRST_AT = -62135510400.0
+LAST_AT = 253402214400.0
+
 
 @runtime_checkable
 class Schedule(Protocol):
@@ -276,6 +281,11 @@ def _compile(kind: str, spec: Mapping[str, Any]) -> Schedule:
             return InvalidSchedule(
                 f'once spec needs a numeric "at" (unix seconds, like {{"at": 1787000000}}), '
                 f"not {raw!r}"
+            )
+        if not FIRST_AT <= at <= LAST_AT:
+            return InvalidSchedule(
+                f'once "at" {raw!r} is outside the years 1 to 9999; give unix seconds, like '
+                '{"at": 1787000000}'
             )
         return OnceSchedule(at)
     if kind == Kind.EVENT:
