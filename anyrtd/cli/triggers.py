@@ -56,6 +56,21 @@ class Seconds(click.FloatRange):
         return number
 
 
+def _trigger_id(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """Refuse an id no record can have (too long, a control character) before any look-up."""
+    from anyrtd.model import id_problem
+
+    problem = id_problem(value)
+    if problem is not None:
+        raise click.ClickException(f"trigger id refused: {problem}")
+    return value
+
+
+TRIGGER_ID = click.argument(
+    "trigger_id", metavar="ID", shell_complete=complete_trigger, callback=_trigger_id
+)
+
+
 @click.group()
 def triggers() -> None:
     """See and change triggers."""
@@ -167,7 +182,7 @@ def triggers_list(
 
 @triggers.command("show")
 @client_command
-@click.argument("trigger_id", metavar="ID", shell_complete=complete_trigger)
+@TRIGGER_ID
 @json_option
 def triggers_show(config: Config, trigger_id: str, as_json: bool) -> None:
     """Show a trigger: its definition, next fire times and recent runs."""
@@ -222,7 +237,7 @@ def triggers_show(config: Config, trigger_id: str, as_json: bool) -> None:
 
 @triggers.command("why")
 @client_command
-@click.argument("trigger_id", metavar="ID", shell_complete=complete_trigger)
+@TRIGGER_ID
 @json_option
 def triggers_why(config: Config, trigger_id: str, as_json: bool) -> None:
     """Tell whether a trigger fires on this device; if not, every reason and its fix."""
@@ -537,7 +552,7 @@ def _rearm(before: Mapping[str, Any], fields: dict[str, Any]) -> None:
 
 @triggers.command("edit")
 @client_command
-@click.argument("trigger_id", metavar="ID", shell_complete=complete_trigger)
+@TRIGGER_ID
 @definition_options
 @click.option("--set", "set_pairs", multiple=True, metavar="FIELD=JSON", help="Set any field.")
 @click.option("--unset", "unset_fields", multiple=True, metavar="FIELD", help="Remove a field.")
@@ -779,7 +794,7 @@ def state_line(t: Mapping[str, Any], now: float) -> str:
 
 @triggers.command("enable")
 @client_command
-@click.argument("trigger_id", metavar="ID", shell_complete=complete_trigger)
+@TRIGGER_ID
 @json_option
 def triggers_enable(config: Config, trigger_id: str, as_json: bool) -> None:
     """Enable a trigger and reset its breaker (through the daemon, written to the record)."""
@@ -788,7 +803,7 @@ def triggers_enable(config: Config, trigger_id: str, as_json: bool) -> None:
 
 @triggers.command("disable")
 @client_command
-@click.argument("trigger_id", metavar="ID", shell_complete=complete_trigger)
+@TRIGGER_ID
 @json_option
 def triggers_disable(config: Config, trigger_id: str, as_json: bool) -> None:
     """Disable a trigger (through the daemon, written to the record)."""
@@ -806,7 +821,7 @@ def _switch(config: Config, trigger_id: str, verb: str, as_json: bool) -> None:
 
 @triggers.command("pin")
 @client_command
-@click.argument("trigger_id", metavar="ID", shell_complete=complete_trigger)
+@TRIGGER_ID
 @click.argument("peer", metavar="PEER")
 @click.option("--force", is_flag=True, help="Pin even if no such device is listed.")
 def triggers_pin(config: Config, trigger_id: str, peer: str, force: bool) -> None:
@@ -824,7 +839,7 @@ def triggers_pin(config: Config, trigger_id: str, peer: str, force: bool) -> Non
 
 @triggers.command("unpin")
 @client_command
-@click.argument("trigger_id", metavar="ID", shell_complete=complete_trigger)
+@TRIGGER_ID
 def triggers_unpin(config: Config, trigger_id: str) -> None:
     """Clear a trigger's pin: the device active now claims it."""
     on_server(config, lambda records: records.update(trigger_id, {"owner": ""}))
@@ -833,7 +848,7 @@ def triggers_unpin(config: Config, trigger_id: str) -> None:
 
 @triggers.command("run")
 @client_command
-@click.argument("trigger_id", metavar="ID", shell_complete=complete_trigger)
+@TRIGGER_ID
 @click.option("--wait", is_flag=True, help="Wait for the run to end and print its output.")
 @click.option(
     "--timeout", type=Seconds(min=0), default=300.0, show_default=True, help="With --wait."
@@ -873,7 +888,7 @@ def triggers_run(
 
 @triggers.command("delete")
 @client_command
-@click.argument("trigger_id", metavar="ID", shell_complete=complete_trigger)
+@TRIGGER_ID
 @click.option("--yes", "-y", is_flag=True, help="Do not ask.")
 def triggers_delete(config: Config, trigger_id: str, yes: bool) -> None:
     """Delete a trigger record (its id stays tombstoned: it cannot be reused)."""
