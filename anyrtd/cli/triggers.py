@@ -35,7 +35,15 @@ from anyrtd.cli.shared import (
     path_id,
 )
 from anyrtd.config import Config
-from anyrtd.vocab import SOURCE_HEADER, Kind, RollupField, RunStatus, TriggerState, is_unassigned
+from anyrtd.vocab import (
+    SOURCE_HEADER,
+    Cause,
+    Kind,
+    RollupField,
+    RunStatus,
+    TriggerState,
+    is_unassigned,
+)
 
 if TYPE_CHECKING:
     from anyrtd.cli.control import ControlClient
@@ -248,6 +256,8 @@ def triggers_why(config: Config, trigger_id: str, as_json: bool) -> None:
         emit_json(answer)
     else:
         click.echo(why_text(answer, me, time.time()))
+    if any(r.get("cause") == Cause.UNKNOWN for r in answer.get("reasons", [])):
+        raise SystemExit(1)  # no such trigger: as `show` does, say so in the exit status
 
 
 def why_text(answer: Mapping[str, Any], me: str | None, now: float) -> str:
@@ -451,13 +461,15 @@ async def _concerns(
     changed: Mapping[str, Any],
 ) -> tuple[list[str], list[str]]:
     """Return (warnings, notes) on the likely mistakes in what a write changes."""
-    from anyrtd.cli.caution import placement, schedule_warnings
+    from anyrtd.cli.caution import event_source, placement, schedule_warnings
 
     merged = {**(stored or {}), **changed}
     warnings: list[str] = []
     notes: list[str] = []
     if stored is None or {"kind", "spec"} & set(changed):
         warnings += schedule_warnings(merged.get("kind"), merged.get("spec"), time.time())
+        if merged.get("kind") == Kind.EVENT:
+            warnings += await event_source(records, merged.get("spec"))
     program, owner = merged.get("program"), merged.get("owner")
     if (stored is None or {"program", "owner"} & set(changed)) and isinstance(program, str):
         more, notes = await placement(
@@ -589,7 +601,16 @@ def triggers_edit(
         if owner is not None:
             fields["owner"] = owner
         filled = await _placeholders(records, fields)
+        from anyrtd.control.writes import WriteError
+
         stored = await records.need(trigger_id)
+        missing = [k for k in unset_fields if k not in stored.fields]
+        if missing:
+            have = ", ".join(sorted(stored.fields)) or "none"
+            raise WriteError(
+                f"trigger {trigger_id} has no field {', '.join(missing)} to unset, so nothing "
+                f"was written (its fields: {have})"
+            )
         if filled.get("spec") is not None and "kind" not in filled:
             if stored.fields.get("kind") == Kind.ONCE:
                 # A once takes lastRunAt as its consumed state: a new `at` re-arms the shot.

@@ -22,6 +22,7 @@ from anyrtd.model import (
     spec_error,
 )
 from anyrtd.places import BUNDLE, Places, resolve_places
+from anyrtd.programs import args_problem
 from anyrtd.programs.chat import GENERAL_CHAT_SEED
 from anyrtd.standing import code_owned
 from anyrtd.vocab import is_unassigned
@@ -69,6 +70,9 @@ def check_record(trigger_id: str, fields: Mapping[str, Any]) -> TriggerDef:
     problem = spec_error(parsed.kind, fields.get("spec"))
     if problem is not None:
         raise WriteError(f"trigger {trigger_id}: {problem}")
+    problem = args_problem(parsed.program, parsed.args)
+    if problem is not None:
+        raise WriteError(f"trigger {trigger_id}: {problem}, so every run would fail")
     return parsed
 
 
