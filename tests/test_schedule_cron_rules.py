@@ -42,6 +42,32 @@ def test_day_of_week_7_is_sunday_in_ranges_and_steps(expr: str, days: list[str])
     assert weekdays(expr, len(days)) == days
 
 
+@settings(deadline=None, max_examples=200)
+@given(
+    a=st.integers(0, 7),
+    b=st.integers(0, 7),
+    step=st.integers(1, 8),
+    form=st.sampled_from(["value", "range", "range_step", "value_step"]),
+)
+def test_day_of_week_7_means_sunday_in_every_form(a: int, b: int, step: int, form: str) -> None:
+    # The meaning, worked out here: a range runs a..b (7 may end it; `7-b` starts at Sunday),
+    # `a/s` runs from a to the end of the week, and 7 is Sunday wherever it lands.
+    if form in ("range", "range_step") and a > b and a != 7:
+        return  # a wrapping range: its own tests above
+    lo = 0 if a == 7 and b < 7 else a
+    s = step if form.endswith("step") else 1
+    if form == "value":
+        text, values = str(a), {a}
+    elif form == "value_step":
+        text, values = f"{a}/{step}", set(range(a, max(a, 6) + 1, step))
+    else:
+        text = f"{a}-{b}" + (f"/{step}" if form == "range_step" else "")
+        values = set(range(lo, b + 1, s))
+    names = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"]
+    expected = {names[v % 7] for v in values}
+    assert set(weekdays(f"0 0 * * {text}", 14)) == expected, text
+
+
 def fires(expr: str, zone: str, start: str, end: str) -> list[str]:
     """Return the fire times in (start, end] as local ISO strings with their offsets."""
     schedule = compile_schedule("cron", {"cron": expr, "tz": zone})

@@ -104,6 +104,8 @@ def test_the_control_api_refuses_bad_ids_and_lists_their_records_as_malformed(
             assert resp.status_code == 400, (path[:40], resp.status_code, resp.text[:200])
             message = resp.json()["error"]["message"]
             assert "the id is 10,000 characters long, more than the limit of 128" in message
+        resp = c.get("/runs", params={"trigger": "nul\x00id"})
+        assert resp.status_code == 400 and "U+0000" in resp.json()["error"]["message"]
         for method, path in (("GET", "/triggers/nul%00id"), ("POST", "/triggers/nul%00id/run")):
             resp = c.request(method, path)
             assert resp.status_code == 400, (path, resp.status_code, resp.text[:200])

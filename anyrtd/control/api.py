@@ -404,6 +404,9 @@ async def list_runs(request: web.Request) -> web.Response:
     every device."""
     port = _port(request)
     trigger = request.query.get("trigger") or None
+    problem = None if trigger is None else id_problem(trigger)
+    if problem is not None:
+        raise BadRequest(f"query parameter trigger refused: {problem}")
     status = request.query.get("status") or None
     if status is not None and status not in RUN_STATUSES:
         raise BadRequest(f"status {status!r} is not one of {', '.join(RUN_STATUSES)}")
