@@ -20,6 +20,7 @@ import json
 import math
 import sys
 import time
+import unicodedata
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -38,6 +39,7 @@ from anyrtd.vocab import Kind, Marker, RollupField
 __all__ = [
     "DEFAULT_MAX_CONSECUTIVE_FAILURES",
     "KINDS",
+    "MAX_ID_LENGTH",
     "RUNTIME_FIELDS",
     "STANDING_BUILTINS",
     "SUPPORTED_EVENT_DATASETS",
@@ -46,6 +48,7 @@ __all__ = [
     "TriggerDef",
     "fingerprint",
     "health_marker",
+    "id_problem",
     "marker_reason",
     "once_at",
     "parse_record",
@@ -61,6 +64,9 @@ STANDING_BUILTINS: frozenset[str] = frozenset(
 )
 SUPPORTED_EVENT_DATASETS: frozenset[str] = frozenset({"chat_messages"})
 DEFAULT_MAX_CONSECUTIVE_FAILURES = 3
+MAX_ID_LENGTH = 128
+"""The longest trigger id, in characters: a record with a longer one is malformed, and the
+control API and the CLI refuse one before they look it up."""
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 _LIMIT_KEYS = ("fuelPerRun", "timeoutS", "maxCostPerRun")
@@ -292,6 +298,38 @@ def parse_record(record: Mapping[str, Any]) -> TriggerDef | Malformed:
         return Malformed(_record_id(record), f"record could not be read: {exc!r}"[:200], None)
 
 
+# Characters an id must not hold: they would act on a terminal or forge a log line. Control
+# characters (C0, DEL, C1), line and paragraph separators, and the bidirectional controls
+# that reorder what a terminal shows.
+_BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e") | frozenset(
+    "\u2066\u2067\u2068\u2069"
+)
+
+
+def _unsafe(ch: str) -> bool:
+    return unicodedata.category(ch) in ("Cc", "Zl", "Zp") or ch in _BIDI_CONTROLS
+
+
+def id_problem(rid: str) -> str | None:
+    """Return why `rid` cannot be a trigger id (empty, too long, a control character), or None."""
+    if not rid:
+        return "the id is empty"
+    if len(rid) > MAX_ID_LENGTH:
+        return (
+            f"the id is {len(rid):,} characters long, more than the limit of {MAX_ID_LENGTH} "
+            f'(it starts "{rid[:20].encode("unicode_escape").decode("ascii")}…")'
+        )
+    if rid.isascii() and rid.isprintable():  # the common case, in C
+        return None
+    for i, ch in enumerate(rid):
+        if _unsafe(ch):
+            return (
+                f"the id holds the control character U+{ord(ch):04X} at position {i + 1}; an "
+                "id is printable text, like remind-standup"
+            )
+    return None
+
+
 def _record_id(record: Any) -> str:
     try:
         rid = record.get("id") if isinstance(record, Mapping) else None
@@ -314,6 +352,9 @@ def _parse(record: Mapping[str, Any]) -> TriggerDef:
     rid = record.get("id")
     if not isinstance(rid, str) or not rid:
         raise _Bad(f"record id must be a non-empty string, not {_show(rid)}")
+    bad_id = id_problem(rid)
+    if bad_id is not None:
+        raise _Bad(f"record id refused: {bad_id}")
     if record.get("_deleted") is True:
         raise _Bad("record is deleted (a tombstone)")
     version = record.get("_v")

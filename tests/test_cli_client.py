@@ -477,5 +477,5 @@ def test_why_says_what_stops_a_trigger_and_the_command_that_fixes_it(cli: Cli) -
     out = cli("triggers", "why", "cli-why").stdout
     assert out.startswith("cli-why fires on this device (") and ": next " in out
     assert out.count("then ") == 4
-    body = cli.json("triggers", "why", "nope-why")
+    body = json.loads(cli("triggers", "why", "nope-why", "--json", code=1).stdout)
     assert body["fires"] is False and [r["cause"] for r in body["reasons"]] == ["unknown"]

@@ -61,10 +61,10 @@ def test_berlin_fall_back_every_half_hour_skips_the_second_pass() -> None:
     ]
 
 
-def test_berlin_spring_forward_every_quarter_hour_collapses_the_gap_into_one_fire() -> None:
+def test_berlin_spring_forward_every_quarter_hour_runs_on_the_new_time() -> None:
     assert fires("*/15 * * * *", "Europe/Berlin", "2026-03-29T01:40", "2026-03-29T03:20") == [
         "2026-03-29T01:45:00+01:00",
-        "2026-03-29T03:00:00+02:00",  # 02:00, 02:15, 02:30, 02:45 and 03:00 itself, once
+        "2026-03-29T03:00:00+02:00",  # a wildcard job: 02:00 to 02:45 do not exist, no catch-up
         "2026-03-29T03:15:00+02:00",
     ]
 
@@ -118,7 +118,8 @@ def test_lord_howe_half_hour_shifts() -> None:
         "2026-04-05T02:00:00+10:30",
         "2026-04-05T02:15:00+10:30",
     ]
-    # Spring forward 02:00 -> 02:30: 02:00 and 02:15 do not exist and fire once at 02:30.
+    # Spring forward 02:00 -> 02:30: 02:00 and 02:15 do not exist; a wildcard minute does
+    # not catch them up, a fixed time (15 2) fires once at 02:30.
     assert fires("*/15 2 * * *", "Australia/Lord_Howe", "2026-10-04T01:00", "2026-10-04T03:00") == [
         "2026-10-04T02:30:00+11:00",
         "2026-10-04T02:45:00+11:00",

@@ -2,8 +2,9 @@
 
 A definition can be valid and still not what was meant: a `once` whose `at` has passed, a
 six-field cron read the other way round from the Quartz habit, a program the device that
-will run it does not have. `anyrtd triggers create`, `edit` and `apply` print each as a
-warning and write only after a yes: asked on a terminal, `--yes` otherwise.
+will run it does not have, an event on a chat that does not exist. `anyrtd triggers
+create`, `edit` and `apply` print each as a warning and write only after a yes: asked on a
+terminal, `--yes` otherwise.
 """
 
 from __future__ import annotations
@@ -125,6 +126,28 @@ async def placement(
         f"program {program} is not installed on this device, which will run it: "
         "the run would fail (`anyrtd programs list` shows what this device can run)"
     ], []
+
+
+async def event_source(records: Records, spec: Any) -> list[str]:
+    """Return a warning when the chat an event trigger watches does not exist on the server."""
+    from anyrtd.client import Dataset, ServerError
+    from anyrtd.model import SUPPORTED_EVENT_DATASETS
+
+    if not isinstance(spec, Mapping) or spec.get("dataset") not in SUPPORTED_EVENT_DATASETS:
+        return []
+    chat, space = spec.get("objectId"), spec.get("spaceId") or records.space
+    if not isinstance(chat, str) or not chat or not isinstance(space, str):
+        return []
+    try:
+        await records.client.query(Dataset(space, chat, spec["dataset"]), limit=1)
+    except ServerError as exc:
+        if exc.status != 404:
+            return []  # not an answer about the chat: nothing to say
+        return [
+            f"chat {chat} does not exist in space {space} (the server says: {exc.message}): "
+            "the trigger would never fire; ${GENERAL_CHAT} names the space's general chat"
+        ]
+    return []
 
 
 def confirm(warnings: list[str], notes: list[str], yes: bool) -> None:

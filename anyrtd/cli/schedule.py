@@ -18,7 +18,7 @@ import click
 from anyrtd.cli import format as fmt
 from anyrtd.cli.caution import schedule_warnings
 from anyrtd.cli.shared import emit_json, json_option
-from anyrtd.cli.triggers import parse_at
+from anyrtd.cli.triggers import parse_at, spec_number
 from anyrtd.vocab import Kind
 
 
@@ -60,10 +60,9 @@ def _spec(
     if sum(x is not None for x in (spec, every_s, at)) != 1:
         raise click.UsageError("give one schedule: a cron SPEC, a JSON spec, --every or --at")
     if every_s is not None:
-        return Kind.CRON.value, {"every_s": int(every_s) if every_s == int(every_s) else every_s}
+        return Kind.CRON.value, {"every_s": spec_number(every_s)}
     if at is not None:
-        moment = parse_at(at, now, _zone(tz) if tz else None)
-        return Kind.ONCE.value, {"at": int(moment) if moment == int(moment) else moment}
+        return Kind.ONCE.value, {"at": spec_number(parse_at(at, now, _zone(tz) if tz else None))}
     assert spec is not None
     if not spec.lstrip().startswith("{"):
         return Kind.CRON.value, {"cron": spec, **({"tz": tz} if tz else {})}

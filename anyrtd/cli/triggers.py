@@ -9,6 +9,7 @@ stderr that says what to do, with exit status 1.
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 import time
@@ -34,13 +35,48 @@ from anyrtd.cli.shared import (
     path_id,
 )
 from anyrtd.config import Config
-from anyrtd.vocab import SOURCE_HEADER, Kind, RollupField, RunStatus, TriggerState, is_unassigned
+from anyrtd.vocab import (
+    SOURCE_HEADER,
+    Cause,
+    Kind,
+    RollupField,
+    RunStatus,
+    TriggerState,
+    is_unassigned,
+)
 
 if TYPE_CHECKING:
     from anyrtd.cli.control import ControlClient
     from anyrtd.control.writes import Records
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Seconds(click.FloatRange):
+    """A number of seconds from a flag that is not a spec field: finite, within the range."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        return number
+
+
+def _trigger_id(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """Refuse an id no record can have (too long, a control character) before any look-up."""
+    from anyrtd.model import id_problem
+
+    problem = id_problem(value)
+    if problem is not None:
+        raise click.ClickException(f"trigger id refused: {problem}")
+    return value
+
+
+TRIGGER_ID = click.argument(
+    "trigger_id", metavar="ID", shell_complete=complete_trigger, callback=_trigger_id
+)
 
 
 @click.group()
@@ -130,7 +166,7 @@ def _watch(config: Config, everything: bool, sort: str, every: float) -> None:
 @click.option("--watch", is_flag=True, help="Redraw the list every --interval s until Ctrl-C.")
 @click.option(
     "--interval",
-    type=click.FloatRange(min=0.1),
+    type=Seconds(min=0.1, max=86400),
     default=2.0,
     show_default=True,
     help="Seconds between redraws with --watch.",
@@ -154,7 +190,7 @@ def triggers_list(
 
 @triggers.command("show")
 @client_command
-@click.argument("trigger_id", metavar="ID", shell_complete=complete_trigger)
+@TRIGGER_ID
 @json_option
 def triggers_show(config: Config, trigger_id: str, as_json: bool) -> None:
     """Show a trigger: its definition, next fire times and recent runs."""
@@ -209,7 +245,7 @@ def triggers_show(config: Config, trigger_id: str, as_json: bool) -> None:
 
 @triggers.command("why")
 @client_command
-@click.argument("trigger_id", metavar="ID", shell_complete=complete_trigger)
+@TRIGGER_ID
 @json_option
 def triggers_why(config: Config, trigger_id: str, as_json: bool) -> None:
     """Tell whether a trigger fires on this device; if not, every reason and its fix."""
@@ -220,6 +256,8 @@ def triggers_why(config: Config, trigger_id: str, as_json: bool) -> None:
         emit_json(answer)
     else:
         click.echo(why_text(answer, me, time.time()))
+    if any(r.get("cause") == Cause.UNKNOWN for r in answer.get("reasons", [])):
+        raise SystemExit(1)  # no such trigger: as `show` does, say so in the exit status
 
 
 def why_text(answer: Mapping[str, Any], me: str | None, now: float) -> str:
@@ -266,6 +304,15 @@ def _reason_lines(bullet: str, reason: Mapping[str, Any]) -> list[str]:
     if reason.get("fix"):
         lines.append(f"{pad}fix:  {reason['fix']}")
     return lines
+
+
+def spec_number(value: float) -> int | float:
+    """Return a number from a flag as a spec holds it: a whole one as an int, anything else
+    (a fraction, NaN, infinity) as given, so that the spec check judges it as it judges
+    the same number in JSON."""
+    if isinstance(value, int) or not math.isfinite(value):
+        return value
+    return int(value) if value.is_integer() and abs(value) < 2**53 else value
 
 
 def parse_at(text: str, now: float, zone: tzinfo | None = None) -> float:
@@ -348,13 +395,9 @@ def _definition(opts: Mapping[str, Any], now: float) -> dict[str, Any]:
             spec["tz"] = opts["tz"]
         fields.update(kind=Kind.CRON.value, spec=spec)
     elif opts.get("every_s") is not None:
-        every = opts["every_s"]
-        fields.update(
-            kind=Kind.CRON.value, spec={"every_s": int(every) if every == int(every) else every}
-        )
+        fields.update(kind=Kind.CRON.value, spec={"every_s": spec_number(opts["every_s"])})
     elif opts.get("at") is not None:
-        at = parse_at(opts["at"], now)
-        fields.update(kind=Kind.ONCE.value, spec={"at": int(at) if at == int(at) else at})
+        fields.update(kind=Kind.ONCE.value, spec={"at": spec_number(parse_at(opts["at"], now))})
     elif opts.get("event_chat") is not None:
         spec = {"dataset": "chat_messages", "objectId": opts["event_chat"]}
         if opts.get("event_space"):
@@ -418,13 +461,15 @@ async def _concerns(
     changed: Mapping[str, Any],
 ) -> tuple[list[str], list[str]]:
     """Return (warnings, notes) on the likely mistakes in what a write changes."""
-    from anyrtd.cli.caution import placement, schedule_warnings
+    from anyrtd.cli.caution import event_source, placement, schedule_warnings
 
     merged = {**(stored or {}), **changed}
     warnings: list[str] = []
     notes: list[str] = []
     if stored is None or {"kind", "spec"} & set(changed):
         warnings += schedule_warnings(merged.get("kind"), merged.get("spec"), time.time())
+        if merged.get("kind") == Kind.EVENT:
+            warnings += await event_source(records, merged.get("spec"))
     program, owner = merged.get("program"), merged.get("owner")
     if (stored is None or {"program", "owner"} & set(changed)) and isinstance(program, str):
         more, notes = await placement(
@@ -519,7 +564,7 @@ def _rearm(before: Mapping[str, Any], fields: dict[str, Any]) -> None:
 
 @triggers.command("edit")
 @client_command
-@click.argument("trigger_id", metavar="ID", shell_complete=complete_trigger)
+@TRIGGER_ID
 @definition_options
 @click.option("--set", "set_pairs", multiple=True, metavar="FIELD=JSON", help="Set any field.")
 @click.option("--unset", "unset_fields", multiple=True, metavar="FIELD", help="Remove a field.")
@@ -556,7 +601,16 @@ def triggers_edit(
         if owner is not None:
             fields["owner"] = owner
         filled = await _placeholders(records, fields)
+        from anyrtd.control.writes import WriteError
+
         stored = await records.need(trigger_id)
+        missing = [k for k in unset_fields if k not in stored.fields]
+        if missing:
+            have = ", ".join(sorted(stored.fields)) or "none"
+            raise WriteError(
+                f"trigger {trigger_id} has no field {', '.join(missing)} to unset, so nothing "
+                f"was written (its fields: {have})"
+            )
         if filled.get("spec") is not None and "kind" not in filled:
             if stored.fields.get("kind") == Kind.ONCE:
                 # A once takes lastRunAt as its consumed state: a new `at` re-arms the shot.
@@ -761,7 +815,7 @@ def state_line(t: Mapping[str, Any], now: float) -> str:
 
 @triggers.command("enable")
 @client_command
-@click.argument("trigger_id", metavar="ID", shell_complete=complete_trigger)
+@TRIGGER_ID
 @json_option
 def triggers_enable(config: Config, trigger_id: str, as_json: bool) -> None:
     """Enable a trigger and reset its breaker (through the daemon, written to the record)."""
@@ -770,7 +824,7 @@ def triggers_enable(config: Config, trigger_id: str, as_json: bool) -> None:
 
 @triggers.command("disable")
 @client_command
-@click.argument("trigger_id", metavar="ID", shell_complete=complete_trigger)
+@TRIGGER_ID
 @json_option
 def triggers_disable(config: Config, trigger_id: str, as_json: bool) -> None:
     """Disable a trigger (through the daemon, written to the record)."""
@@ -788,7 +842,7 @@ def _switch(config: Config, trigger_id: str, verb: str, as_json: bool) -> None:
 
 @triggers.command("pin")
 @client_command
-@click.argument("trigger_id", metavar="ID", shell_complete=complete_trigger)
+@TRIGGER_ID
 @click.argument("peer", metavar="PEER")
 @click.option("--force", is_flag=True, help="Pin even if no such device is listed.")
 def triggers_pin(config: Config, trigger_id: str, peer: str, force: bool) -> None:
@@ -806,7 +860,7 @@ def triggers_pin(config: Config, trigger_id: str, peer: str, force: bool) -> Non
 
 @triggers.command("unpin")
 @client_command
-@click.argument("trigger_id", metavar="ID", shell_complete=complete_trigger)
+@TRIGGER_ID
 def triggers_unpin(config: Config, trigger_id: str) -> None:
     """Clear a trigger's pin: the device active now claims it."""
     on_server(config, lambda records: records.update(trigger_id, {"owner": ""}))
@@ -815,9 +869,11 @@ def triggers_unpin(config: Config, trigger_id: str) -> None:
 
 @triggers.command("run")
 @client_command
-@click.argument("trigger_id", metavar="ID", shell_complete=complete_trigger)
+@TRIGGER_ID
 @click.option("--wait", is_flag=True, help="Wait for the run to end and print its output.")
-@click.option("--timeout", type=float, default=300.0, show_default=True, help="With --wait.")
+@click.option(
+    "--timeout", type=Seconds(min=0), default=300.0, show_default=True, help="With --wait."
+)
 @json_option
 def triggers_run(
     config: Config, trigger_id: str, wait: bool, timeout: float, as_json: bool
@@ -853,7 +909,7 @@ def triggers_run(
 
 @triggers.command("delete")
 @client_command
-@click.argument("trigger_id", metavar="ID", shell_complete=complete_trigger)
+@TRIGGER_ID
 @click.option("--yes", "-y", is_flag=True, help="Do not ask.")
 def triggers_delete(config: Config, trigger_id: str, yes: bool) -> None:
     """Delete a trigger record (its id stays tombstoned: it cannot be reused)."""

@@ -39,7 +39,7 @@ from anyrtd.control.views import (
     why_view,
 )
 from anyrtd.history import RunHistory
-from anyrtd.model import TriggerDef, spec_error
+from anyrtd.model import TriggerDef, id_problem, spec_error
 from anyrtd.port import NotDurable, Port, TooManyRuns, TriggerFacts
 from anyrtd.standing import code_owned
 from anyrtd.vocab import (
@@ -155,9 +155,18 @@ def _view(facts: TriggerFacts, *, detail: bool) -> dict[str, Any]:
     )
 
 
+def _trigger_id(request: web.Request) -> str:
+    """Return the path's trigger id; refuse one no record can have (400), before a look-up."""
+    trigger_id = request.match_info["id"]
+    problem = id_problem(trigger_id)
+    if problem is not None:
+        raise BadRequest(f"trigger id refused, nothing was read or written: {problem}")
+    return trigger_id
+
+
 def _known(request: web.Request) -> tuple[Port, TriggerFacts]:
     port = _port(request)
-    trigger_id = request.match_info["id"]
+    trigger_id = _trigger_id(request)
     facts = port.trigger(trigger_id)
     if facts is None:
         raise BadRequest(
@@ -192,14 +201,35 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+class _DuplicateKey(ValueError):
+    """A JSON object that names one key twice: which value was meant cannot be known."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise _DuplicateKey(key)
+        found[key] = value
+    return found
+
+
 async def _json_body(request: web.Request) -> Any:
     body = await request.read()
     if not body.strip():
         raise BadRequest('send a JSON object, e.g. {"enabled": false}')
     try:
         return json.loads(
-            body.decode("utf-8"), parse_float=_finite_float, parse_constant=_refuse_constant
+            body.decode("utf-8"),
+            parse_float=_finite_float,
+            parse_constant=_refuse_constant,
+            object_pairs_hook=_unique_keys,
         )
+    except _DuplicateKey as exc:
+        raise BadRequest(
+            f"the body names the key {json.dumps(str(exc))[:80]} twice, so which value was "
+            "meant is unclear; nothing was written: send each key once"
+        ) from None
     except (ValueError, RecursionError) as exc:
         raise BadRequest(f"the body is not valid JSON: {str(exc)[:200]}") from None
 
@@ -263,7 +293,7 @@ def _history(history: RunHistory) -> web.Response:
 
 async def trigger_why(request: web.Request) -> web.Response:
     """GET /triggers/:id/why: will it fire here; if not, every reason and its fix."""
-    answer = await _port(request).why(request.match_info["id"])
+    answer = await _port(request).why(_trigger_id(request))
     return web.json_response(why_view(answer))
 
 
@@ -374,6 +404,9 @@ async def list_runs(request: web.Request) -> web.Response:
     every device."""
     port = _port(request)
     trigger = request.query.get("trigger") or None
+    problem = None if trigger is None else id_problem(trigger)
+    if problem is not None:
+        raise BadRequest(f"query parameter trigger refused: {problem}")
     status = request.query.get("status") or None
     if status is not None and status not in RUN_STATUSES:
         raise BadRequest(f"status {status!r} is not one of {', '.join(RUN_STATUSES)}")

@@ -54,7 +54,8 @@ _ID_PARAM = {
     "name": "id",
     "in": "path",
     "required": True,
-    "description": "The trigger record id.",
+    "description": "The trigger record id: at most 128 characters, no control characters "
+    "(another is answered 400).",
     "schema": {"type": "string"},
 }
 
@@ -270,7 +271,7 @@ def _runs_answer() -> dict[str, Any]:
     return answer
 
 
-def _trigger_op(summary: str, *, errors: tuple[int, ...] = (404,)) -> dict[str, Any]:
+def _trigger_op(summary: str, *, errors: tuple[int, ...] = (400, 404)) -> dict[str, Any]:
     return {
         "summary": summary,
         "parameters": [_ID_PARAM],
@@ -320,7 +321,7 @@ def _paths() -> dict[str, Any]:
                 "parameters": [_ID_PARAM],
                 "responses": {
                     "200": _runs_answer(),
-                    **_errors(404),
+                    **_errors(400, 404),
                 },
             }
         },
@@ -330,7 +331,7 @@ def _paths() -> dict[str, Any]:
                 "description": "Answers for any id: adopted, pinned elsewhere, malformed, "
                 "deleted or unknown (an unknown id answers 200 with the reason `unknown`).",
                 "parameters": [_ID_PARAM],
-                "responses": {"200": _json(_ref("Why"), "The answer.")},
+                "responses": {"200": _json(_ref("Why"), "The answer."), **_errors(400)},
             }
         },
         "/triggers/{id}/enable": {
@@ -347,7 +348,7 @@ def _paths() -> dict[str, Any]:
                 "parameters": [_ID_PARAM],
                 "responses": {
                     "202": _json(_ref("RunStarted"), "The run started."),
-                    **_errors(403, 404, 409, 415, 429, 503),
+                    **_errors(400, 403, 404, 409, 415, 429, 503),
                 },
             }
         },

@@ -38,6 +38,9 @@ log = logging.getLogger("anyrtd.control")
 
 LINGER_S = 2.0
 """How long the rest of a refused body is read (and dropped) before the connection is closed."""
+MAX_REQUEST_LINE = 16 * 1024
+"""The longest request line read, in bytes (aiohttp's default is 8190): long enough that a
+trigger id far over `MAX_ID_LENGTH` reaches the route and is refused with its reason."""
 
 
 class ControlStartError(Exception):
@@ -110,6 +113,7 @@ class ControlServer:
             handle_signals=False,
             logger=PROTOCOL_LOG,
             lingering_time=LINGER_S,
+            max_line_size=MAX_REQUEST_LINE,
         )
         await runner.setup()
         self._runner = runner

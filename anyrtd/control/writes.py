@@ -13,13 +13,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from anyrtd.client import DevicesView, ServerClient, Upsert
-from anyrtd.model import STANDING_BUILTINS, Malformed, TriggerDef, parse_record, spec_error
+from anyrtd.model import (
+    MAX_ID_LENGTH,
+    STANDING_BUILTINS,
+    Malformed,
+    TriggerDef,
+    parse_record,
+    spec_error,
+)
 from anyrtd.places import BUNDLE, Places, resolve_places
+from anyrtd.programs import args_problem
 from anyrtd.programs.chat import GENERAL_CHAT_SEED
 from anyrtd.standing import code_owned
 from anyrtd.vocab import is_unassigned
 
-ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+ID_RE = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._:-]{{0,{MAX_ID_LENGTH - 1}}}")
 
 
 class WriteError(Exception):
@@ -44,7 +52,7 @@ def check_id(trigger_id: str) -> str:
     if not ID_RE.fullmatch(trigger_id):
         raise WriteError(
             f"trigger id {trigger_id!r}: use a slug of letters, digits, '.', '_', ':' and '-' "
-            "(up to 128), e.g. remind-standup"
+            f"(up to {MAX_ID_LENGTH}), e.g. remind-standup"
         )
     return trigger_id
 
@@ -62,6 +70,9 @@ def check_record(trigger_id: str, fields: Mapping[str, Any]) -> TriggerDef:
     problem = spec_error(parsed.kind, fields.get("spec"))
     if problem is not None:
         raise WriteError(f"trigger {trigger_id}: {problem}")
+    problem = args_problem(parsed.program, parsed.args)
+    if problem is not None:
+        raise WriteError(f"trigger {trigger_id}: {problem}, so every run would fail")
     return parsed
 
 

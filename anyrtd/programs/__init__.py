@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from anyrtd.programs import remind, rollup
 from anyrtd.programs.chat import InvalidArgs
@@ -20,4 +20,26 @@ BUILTINS: Mapping[str, ProgramFn] = MappingProxyType(
 )
 """The built-in programs by spec; the runner looks here first."""
 
-__all__ = ["BUILTINS", "InvalidArgs"]
+ARG_CHECKS: Mapping[str, Callable[[Mapping[str, Any]], object]] = MappingProxyType(
+    {
+        remind.SPEC: remind.check_args,
+        rollup.SPEC: rollup.check_args,
+    }
+)
+"""Each built-in's check of its args, the one its run starts with: raises InvalidArgs."""
+
+
+def args_problem(program: str, args: Mapping[str, Any]) -> str | None:
+    """Return why a built-in's args would fail every run of it, or None (also for a program
+    that is not a built-in: its args are its own business)."""
+    check = ARG_CHECKS.get(program)
+    if check is None:
+        return None
+    try:
+        check(args)
+    except InvalidArgs as exc:
+        return str(exc)
+    return None
+
+
+__all__ = ["ARG_CHECKS", "BUILTINS", "InvalidArgs", "args_problem"]

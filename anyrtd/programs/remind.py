@@ -13,10 +13,18 @@ if TYPE_CHECKING:
 SPEC = "agent:remind@v1"
 
 
-async def main(args: Mapping[str, Any], ctx: ProgramContext) -> dict[str, Any]:
-    """Post args.text to the chat args.chatId of args.space."""
+def check_args(args: Mapping[str, Any]) -> str:
+    """Return args.text; raise InvalidArgs when an arg is missing or of the wrong type."""
     text = text_arg(args, "text", SPEC, required=True)
     assert text is not None
+    text_arg(args, "space", SPEC, required=False)
+    text_arg(args, "chatId", SPEC, required=False)
+    return text
+
+
+async def main(args: Mapping[str, Any], ctx: ProgramContext) -> dict[str, Any]:
+    """Post args.text to the chat args.chatId of args.space."""
+    text = check_args(args)
     where = await chat_messages(args, ctx, SPEC)
     # The message id derives from the run, so a retried write cannot post twice.
     message_id = f"remind-{ctx.run_id}"

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from anyrtd.programs.chat import InvalidArgs, chat_messages, post_message
+from anyrtd.programs.chat import InvalidArgs, chat_messages, post_message, text_arg
 
 if TYPE_CHECKING:
     from anyrtd.client import Record
@@ -19,9 +19,16 @@ MAX_LISTED = 100  # first lines listed in one digest; the counts always cover ev
 LINE_WIDTH = 120
 
 
+def check_args(args: Mapping[str, Any]) -> float:
+    """Return the window in hours; raise InvalidArgs when an arg is of the wrong type."""
+    text_arg(args, "space", SPEC, required=False)
+    text_arg(args, "chatId", SPEC, required=False)
+    return _hours(args.get("hours", 24))
+
+
 async def main(args: Mapping[str, Any], ctx: ProgramContext) -> dict[str, Any]:
     """Post a digest of the last day (or args.hours) of the chat args.chatId in args.space."""
-    hours = _hours(args.get("hours", 24))
+    hours = check_args(args)
     where = await chat_messages(args, ctx, SPEC)
     now = ctx.clock.now()
     since = now - hours * 3600

@@ -35,6 +35,7 @@ class CronExpr:
     dom_any: bool  # the day-of-month field does not restrict
     dow_any: bool  # the day-of-week field does not restrict
     has_seconds: bool
+    fixed_time: bool  # neither minute nor hour starts with `*`: cron(8) catches it up in a gap
 
 
 def days_from_civil(y: int, m: int, d: int) -> int:

@@ -103,20 +103,36 @@ def _range_values(expr: str, field: int, base: str, step: int | None) -> list[in
         if not a or not b:
             raise _err(expr, f'{name} range "{base}" needs a start and an end, like 1-5')
         start, end = _value(expr, field, a), _value(expr, field, b)
-        if field == _DOW and start == 7:
+        if field == _DOW and start == 7 and end < 7:
             start = 0  # `7-1` is Sunday to Monday, not a wrap from Sunday round to Monday
         if start > end:
             if step is not None:
                 raise _err(
                     expr,
-                    f'{name} range "{base}" wraps around and has a step; write it as two '
-                    f"ranges, e.g. {start}-{hi}/{step},{lo}-{end}/{step}",
+                    f'{name} range "{base}" wraps around and has a step; '
+                    + _wrap_rewrite(start, end, step, lo, open_hi),
                 )
             return [*range(start, hi + 1), *range(lo, end + 1)]
     else:
         start = _value(expr, field, base)
-        end = open_hi if step is not None else start  # `a/step` runs from a to the field's end
+        # `a/step` runs from a to the field's end; `7/2` in day-of-week is Sunday alone.
+        end = max(start, open_hi) if step is not None else start
     return list(range(start, end + 1, step or 1))
+
+
+def _wrap_rewrite(start: int, end: int, step: int, lo: int, hi: int) -> str:
+    """Return the advice for a wrapping range with a step: a rewrite that keeps its values.
+
+    The range counts every `step`-th value from `start` round the wrap to `end` (`50-10/7` is
+    50, 57, 4), so the rewrite is the part up to the field's end and the part after the wrap
+    from the first value it reaches, not from the field's start.
+    """
+    first = f"{start}-{hi}/{step}" if start + step <= hi else f"{start}"
+    after_wrap = start + step * -(-(hi + 1 - start) // step) - (hi + 1 - lo)
+    if after_wrap > end:
+        return f"it means only {first}; write that instead"
+    second = f"{after_wrap}-{end}/{step}" if after_wrap + step <= end else f"{after_wrap}"
+    return f"write it as two items that keep its values: {first},{second}"
 
 
 def _parse_field(
@@ -148,6 +164,26 @@ def _parse_field(
         if field == _DOM and item == "l":
             last = True
             continue
+        if field == _DOM and item == "lw":
+            raise _err(
+                expr,
+                'day-of-month "LW" (the last weekday of the month) is not supported; L is the '
+                "last day of the month and 15W the weekday nearest the 15th",
+            )
+        if field == _DOM and "l" in item:
+            base, slash, step_text = item.partition("/")
+            a, dash, b = base.partition("-")
+            if dash and b == "l" and _DIGITS.fullmatch(a):
+                raise _err(
+                    expr,
+                    f'day-of-month "{item}": L cannot end a range; write {a}-31{slash}{step_text} '
+                    "(a month skips the days it does not have)",
+                )
+            raise _err(
+                expr,
+                f'day-of-month "{item}": L is the last day of the month and cannot be part of a '
+                "range, a step or an offset; write L alone as a list item",
+            )
         if field == _DOM and "w" in item:
             day = item[:-1] if item.endswith("w") else item[1:] if item.startswith("w") else ""
             if len(items) > 1 or not _DIGITS.fullmatch(day):
@@ -198,9 +234,9 @@ def _parse_field(
             expr,
             f'day-of-week "{text}" mixes plain days and nth days (#, L); use one kind per field',
         )
-    # As in croniter (and Vixie cron, except for `*/n`): only a bare `*` or `?` leaves the
-    # field unrestricted; `0-6` or `1-31` restrict it, which matters when day-of-month and
-    # day-of-week are both restricted and a day then matches either one.
+    # As in croniter: only a bare `*` or `?` leaves the field unrestricted; `*/2`, `0-6` or
+    # `1-31` restrict it, which matters when day-of-month and day-of-week are both restricted
+    # and a day then matches either one. (Vixie cron ANDs the two when one starts with `*`.)
     unrestricted = text == "*"
     return bits, last, tuple(nearest), tuple(nth), unrestricted
 
@@ -265,6 +301,9 @@ def parse_cron(expr: str) -> CronExpr:
         dom_any=parsed[_DOM][4],
         dow_any=parsed[_DOW][4],
         has_seconds=len(fields) > 5,
+        # cron(8)'s test for a job "at a fixed time": its minute and hour fields do not start
+        # with `*` (`*/15` and `*` are wildcards; `0-59` and `5` are fixed).
+        fixed_time=not fields[_MINUTE].startswith("*") and not fields[_HOUR].startswith("*"),
     )
     problem = _never_matching_reason(compiled)
     if problem is not None:

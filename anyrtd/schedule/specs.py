@@ -12,7 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from anyrtd.schedule.match import CronExpr, CronMatcher, civil, epoch
 from anyrtd.schedule.parse import CronSyntaxError, cron_size_error, parse_cron
-from anyrtd.schedule.zones import MAX_TZ_LENGTH, fold_end_wall, to_instant, zone_of
+from anyrtd.schedule.zones import MAX_TZ_LENGTH, fold_end_wall, offset_s, to_instant, zone_of
 from anyrtd.vocab import Kind
 
 #: The largest accepted `every_s`: a hundred years. Larger intervals are almost certainly typos
@@ -22,6 +22,11 @@ MAX_EVERY_S = 100 * 365.25 * 86400.0
 #: The smallest accepted `every_s`: one second, cron's finest grain. A smaller interval fires
 #: faster than any schedule needs and floods the run records (0.001 s is 86 million a day).
 MIN_EVERY_S = 1.0
+
+#: The instants a date can be shown for in every zone: 0001-01-02 to 9999-12-31 UTC, a day
+#: inside what Python's datetime reaches. A once's `at` outside them is refused.
+FIRST_AT = -62135510400.0
+LAST_AT = 253402214400.0
 
 
 @runtime_checkable
@@ -161,9 +166,11 @@ class CronSchedule:
     def _next_in_zone(self, after: float, zone: tzinfo) -> float | None:
         """Search in local wall time, then map each local match to one instant (cron(8) rules).
 
-        A local time inside a spring-forward gap maps to the instant the gap ends (so it fires
-        right after the gap); a local time that occurs twice maps to its first occurrence. The
-        map is monotonic, so the first local match whose instant is after `after` is the answer.
+        A local time inside a spring-forward gap fires at the instant the gap ends when the
+        job is at a fixed time (its minute and hour do not start with `*`); a wildcard job
+        runs on the new time, so its times in the gap are skipped (cron(8)). A local time
+        that occurs twice maps to its first occurrence. The map is monotonic, so the first
+        local match whose instant is after `after` is the answer.
         """
         local = datetime.fromtimestamp(after, zone)
         offset = local.utcoffset() or timedelta(0)
@@ -177,7 +184,11 @@ class CronSchedule:
             found = self._matcher.first_at_or_after(*start)
             if found is None:
                 return None
-            instant = to_instant(found, zone)
+            instant, in_gap = to_instant(found, zone)
+            if in_gap and not self.expr.fixed_time:
+                # Search again from the first local time after the gap.
+                start = civil(instant + offset_s(datetime.fromtimestamp(instant, zone)))
+                continue
             if instant > after:
                 return float(instant)
             # Only reachable at the edges of a transition; continue just past this match.
@@ -270,6 +281,11 @@ def _compile(kind: str, spec: Mapping[str, Any]) -> Schedule:
             return InvalidSchedule(
                 f'once spec needs a numeric "at" (unix seconds, like {{"at": 1787000000}}), '
                 f"not {raw!r}"
+            )
+        if not FIRST_AT <= at <= LAST_AT:
+            return InvalidSchedule(
+                f'once "at" {raw!r} is outside the years 1 to 9999; give unix seconds, like '
+                '{"at": 1787000000}'
             )
         return OnceSchedule(at)
     if kind == Kind.EVENT:

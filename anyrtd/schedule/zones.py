@@ -1,6 +1,6 @@
 """IANA zones: a spec's `tz` looked up, and a local wall time mapped to one instant by the
-cron(8) rules (a time in a spring-forward gap fires when the gap ends; a repeated time fires
-the first time)."""
+cron(8) rules (a time in a spring-forward gap maps to the gap's end, where a job at a fixed
+time fires; a repeated time fires the first time)."""
 
 from __future__ import annotations
 
@@ -32,15 +32,19 @@ def offset_s(dt: datetime) -> int:
     return int(off.total_seconds()) if off is not None else 0
 
 
-def to_instant(fields: tuple[int, int, int, int, int, int], zone: tzinfo) -> int:
-    """Map a local wall time to unix seconds: gaps to the gap's end, repeats to the first."""
+def to_instant(fields: tuple[int, int, int, int, int, int], zone: tzinfo) -> tuple[int, bool]:
+    """Map a local wall time to unix seconds and whether it lies in a spring-forward gap.
+
+    A time in a gap maps to the gap's end (the first instant after it); a repeated time maps
+    to its first occurrence.
+    """
     y, mo, d, h, mi, s = fields
     naive = epoch(y, mo, d, h, mi, s)
     first = datetime(y, mo, d, h, mi, s, tzinfo=zone)
     o0 = offset_s(first)
     o1 = offset_s(first.replace(fold=1))
     if o0 >= o1:
-        return naive - o0  # normal, or ambiguous where fold=0 is the first occurrence
+        return naive - o0, False  # normal, or ambiguous where fold=0 is the first occurrence
     # A gap (PEP 495: fold=0 uses the offset before the transition). The transition instant
     # lies between the two readings; find it by bisection on the zone's offset.
     lo, hi = naive - o1, naive - o0  # offset(lo) == o0 side, offset(hi) == o1 side
@@ -50,7 +54,7 @@ def to_instant(fields: tuple[int, int, int, int, int, int], zone: tzinfo) -> int
             hi = mid
         else:
             lo = mid
-    return hi
+    return hi, True
 
 
 def fold_end_wall(after: float, zone: tzinfo, local: datetime) -> int:
