@@ -4,15 +4,15 @@ and the deadline. The wire contract itself is tested against the real devserver 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from email.utils import formatdate
 from typing import Any
 
 import pytest
+from fake_transport import FakeTransport, answer, chunks
 
 from anyrtd.client import (
     RETRY_AFTER_MAX_S,
@@ -26,46 +26,6 @@ from anyrtd.client import (
 )
 
 URL = "http://any.invalid:7001"
-
-
-async def chunks(parts: Iterable[bytes], pause: float = 0.0) -> AsyncIterator[bytes]:
-    for part in parts:
-        if pause:
-            await asyncio.sleep(pause)
-        yield part
-
-
-Answer = tuple[int, Mapping[str, str], Callable[[], AsyncIterator[bytes]]]
-
-
-def answer(status: int, body: bytes, headers: Mapping[str, str] | None = None) -> Answer:
-    return status, headers or {}, lambda: chunks([body])
-
-
-class FakeTransport:
-    """Answers each request with the next of `answers` (the last one again once they run out),
-    and notes what was asked."""
-
-    def __init__(self, *answers: Answer) -> None:
-        self.answers = list(answers)
-        self.asked: list[tuple[str, str, bytes | None, float]] = []
-        self.closed = False
-
-    @asynccontextmanager
-    async def exchange(
-        self,
-        method: str,
-        url: str,
-        body: bytes | None,
-        params: Mapping[str, Any] | None,
-        wait: float,
-    ) -> AsyncIterator[Reply]:
-        self.asked.append((method, url, body, wait))
-        status, headers, make = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
-        yield Reply(status, headers, make())
-
-    async def aclose(self) -> None:
-        self.closed = True
 
 
 class Refusing(FakeTransport):
