@@ -191,3 +191,32 @@ async def test_a_write_answered_with_a_page_is_a_bad_answer_and_may_be_sent_agai
             await c.upsert(Dataset("bao", "obj", "agent_triggers"), [Upsert("a", {"x": 1})])
     method, url, body, _ = fake.asked[0]
     assert (method, url) == ("POST", f"{URL}/v1/spaces/bao/upsert") and body is not None
+
+
+async def test_bad_answers_make_the_health_degraded_while_they_last() -> None:
+    from anyrtd.port import server_reasons
+
+    html = answer(200, b"<html>maintenance</html>")
+    async with client(FakeTransport(html, SPACES)) as c:
+        with pytest.raises(BadAnswer):
+            await c.spaces()
+        fault, writes = server_reasons(c.reach, 3)
+        assert fault.startswith("server answers badly since 1970-01-01T00:16:40Z (GET /v1/")
+        assert "a body that is not JSON" in fault
+        assert writes == "3 writes waiting in the outbox for the server"
+        await c.spaces()
+        assert server_reasons(c.reach, 3) == []
+
+
+async def test_a_429_storm_makes_the_health_degraded_until_a_sound_answer() -> None:
+    from anyrtd.port import server_reasons
+
+    fake = FakeTransport(answer(429, b"", {"Retry-After": "5"}), answer(503, b""))
+    async with client(fake) as c:
+        with pytest.raises(ServerUnavailable):
+            await c.spaces()
+        (fault, _) = server_reasons(c.reach, 1)
+        assert "429 Too Many Requests" in fault
+        with pytest.raises(ServerUnavailable):
+            await c.spaces()  # still a fault until a sound answer, not cleared by a 503
+        assert c.reach.faulty_since is not None
