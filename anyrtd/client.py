@@ -259,9 +259,11 @@ class ServerClient:
         params: Mapping[str, Any] | None = None,
         long_poll: float = 0.0,
         paced: bool = False,
+        bodiless: bool = False,
     ) -> dict[str, Any]:
         """Send a request and return its answer's JSON object; a long poll may be held up to
-        `long_poll` s by the server, on top of the waits and the deadline."""
+        `long_poll` s by the server, on top of the waits and the deadline. With `bodiless`,
+        a success without a body (a 204, say) is taken as `{}`."""
         try:
             data = None if body is None else encode(body)
         except (TypeError, ValueError) as exc:  # a NaN, a lone surrogate (a UnicodeError)
@@ -293,6 +295,9 @@ class ServerClient:
             if status == 429:  # a storm of these holds every write back: a fault while it lasts
                 self._faulty("throttled", method, path, status, "429 Too Many Requests", content)
             raise ServerUnavailable(f"{self.base_url}{path}: {what}", retry_after=retry_after)
+        if bodiless and status < 300 and not content.strip():
+            self._sound()
+            return {}
         if paced and self.pace is not None and len(content) > PACED_BYTES:
             await self.pace()
         try:
@@ -584,7 +589,7 @@ class ServerClient:
             return _device_row(body)
 
     async def prune(self, peer_id: str) -> None:
-        await self._call("DELETE", f"/v1/devices/{quote(peer_id, safe='')}")
+        await self._call("DELETE", f"/v1/devices/{quote(peer_id, safe='')}", bodiless=True)
 
     # helpers
 

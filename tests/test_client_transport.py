@@ -220,3 +220,12 @@ async def test_a_429_storm_makes_the_health_degraded_until_a_sound_answer() -> N
         with pytest.raises(ServerUnavailable):
             await c.spaces()  # still a fault until a sound answer, not cleared by a 503
         assert c.reach.faulty_since is not None
+
+
+async def test_a_prune_answered_without_a_body_is_taken() -> None:
+    fake = FakeTransport(answer(204, b""), answer(200, b""))
+    async with client(fake) as c:
+        await c.prune("peer-1")
+        assert c.reach == Reach()
+        with pytest.raises(BadAnswer):  # where an answer is owed, an empty one is not one
+            await c.spaces()
