@@ -7,12 +7,25 @@ server differs from `docs/server-api.md`, this module is the one to change.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import email.utils
 import json
+import logging
+import math
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote, urlsplit
 
 if TYPE_CHECKING:  # a local CLI command imports this module's types, not aiohttp
@@ -24,6 +37,27 @@ hold the loop for milliseconds (a second of a busy device's own writes shown bac
 100 KB, for 5-6 ms)."""
 
 JSON_HEADERS = {"Content-Type": "application/json"}
+
+DEADLINE_S = 30.0
+"""The most a request may take from its start to the last byte of its answer (a long poll:
+this plus its wait), however the bytes trickle in: a slow server must not hold the outbox."""
+
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
+"""The most read of one answer: twice the largest request body the any server takes, so any
+one record fits. A larger answer is the server's fault (`BadAnswer`), and is not kept."""
+
+RETRY_AFTER_MAX_S = 60.0
+"""The longest wait a `Retry-After` is honoured for: a server that asks for more is asked
+again after this long."""
+
+TRANSIENT = frozenset({408, 429})
+"""Statuses below 500 that say "not now" (Request Timeout, Too Many Requests): with every
+5xx, they are `ServerUnavailable`, and the request may be sent again."""
+
+HEAD_BYTES = 64
+"""How many of a bad answer's first bytes its log line shows (escaped)."""
+
+log = logging.getLogger("anyrtd.client")
 
 Record = dict[str, Any]
 """A record as the server's query returns it: flat fields plus `id`, `_v`, `_updatedAt`."""
@@ -48,16 +82,69 @@ class Unsendable(ServerError):
 
 
 class ServerUnavailable(Exception):
-    """The server could not be reached (connection refused, timeout, a 5xx)."""
+    """The server could not be reached (connection refused, no whole answer by the deadline),
+    or said "not now" (a 5xx, a 408, a 429): the request may go again later, after
+    `retry_after` seconds when the server named a wait (`Retry-After`, capped)."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class BadAnswer(ServerUnavailable):
+    """The server answered, but not as the any server does (a body that is not its JSON, a
+    JSON of another shape, an answer over `MAX_ANSWER_BYTES`): the server's fault, never
+    the caller's, and the request may go again later."""
+
+
+class Unreached(Exception):
+    """A transport got no answer; the message says why in a few words
+    (`ConnectError: Connection refused`)."""
 
 
 @dataclass
 class Reach:
     """Whether the server can be reached: since when it has not (connection refused, a timeout)
-    and the last such error; both None once it answers again, whatever the answer."""
+    and the last such error; both None once it answers again, whatever the answer. And
+    whether its answers are sound: since when they are not (`BadAnswer`s, 429s) and the
+    last such fault; both None once it answers soundly again."""
 
     unreachable_since: float | None = None
     error: str | None = None
+    faulty_since: float | None = None
+    fault: str | None = None
+
+
+@dataclass(frozen=True)
+class Reply:
+    """An answer as a transport hands it over: the status, the headers (looked up without
+    regard to case) and the body, as it arrives."""
+
+    status: int
+    headers: Mapping[str, str]
+    body: AsyncIterator[bytes]
+
+
+class Transport(Protocol):
+    """How requests reach the server: bytes out, bytes in. The wire format (paths, JSON
+    bodies, statuses) stays in `ServerClient`; a test passes a fake transport."""
+
+    def exchange(
+        self,
+        method: str,
+        url: str,
+        body: bytes | None,
+        params: Mapping[str, Any] | None,
+        wait: float,
+    ) -> AbstractAsyncContextManager[Reply]:
+        """Send a request; enter with its answer's status and headers, the body still to read.
+        Raise `Unreached` when no answer comes: no connection in `wait` seconds, no byte
+        for `wait` seconds, a connection lost."""
+        ...
+
+    async def aclose(self) -> None:
+        """Let go of the connections."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -123,49 +210,39 @@ def encode(body: Any) -> bytes:
 class ServerClient:
     """An async client of the any server API.
 
-    It speaks HTTP through aiohttp's client, whose cost per request is about a quarter of
-    httpx's (docs/benchmarks.md): a daemon's idle CPU is mostly its polls. The session is
-    made on the first request, in the event loop that makes it, and again if a later
-    request comes from another loop (a test's `asyncio.run` after another)."""
+    It speaks HTTP through `transport` (by default aiohttp's client, whose cost per request
+    is about a quarter of httpx's, docs/benchmarks.md: a daemon's idle CPU is mostly its
+    polls). Every request has a deadline for its whole answer (`deadline`, a long poll's
+    wait on top), and an answer is read up to `max_answer_bytes`. A 5xx, a 408, a 429 and
+    an answer that is not the any server's raise `ServerUnavailable` (the last
+    `BadAnswer`): the server's fault, to be tried again, never the caller's."""
 
     def __init__(
         self,
         base_url: str,
         *,
         timeout: float = 10.0,
+        deadline: float = DEADLINE_S,
+        max_answer_bytes: int = MAX_ANSWER_BYTES,
         now: Callable[[], float] = time.time,
+        transport: Transport | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self._timeout = timeout
-        self._session: aiohttp.ClientSession | None = None
-        self._session_loop: asyncio.AbstractEventLoop | None = None
-        self._proxy: str | None = None
+        self._deadline = deadline
+        self._max_answer = max_answer_bytes
+        self._transport = transport or AiohttpTransport(self.base_url)
         self._now = now
+        self._fault_kind: str | None = None
         self.reach = Reach()
-        """Whether the server answers (a 5xx is an answer: this is about reaching it at all)."""
+        """Whether the server answers (a 5xx is an answer: this is about reaching it at all),
+        and whether its answers are sound."""
         self.pace: Callable[[], Awaitable[None]] | None = None
         """Awaited before a large feed page is decoded (the daemon's `Timer.clear_of`: a
         decode holds the event loop for milliseconds, and must not hold up a start)."""
 
     async def aclose(self) -> None:
-        session, self._session = self._session, None
-        if session is not None and self._session_loop is asyncio.get_running_loop():
-            await session.close()
-
-    def _http(self) -> aiohttp.ClientSession:
-        import aiohttp
-
-        loop = asyncio.get_running_loop()
-        if self._session is None or self._session.closed or self._session_loop is not loop:
-            # A timeout bounds the connect and each wait for bytes, as httpx's did; a large
-            # answer that keeps coming is not cut short.
-            t = self._timeout
-            self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=None, connect=t, sock_read=t)
-            )
-            self._session_loop = loop
-            self._proxy = proxy_for(self.base_url)
-        return self._session
+        await self._transport.aclose()
 
     async def __aenter__(self) -> ServerClient:
         return self
@@ -180,40 +257,47 @@ class ServerClient:
         body: Any = None,
         *,
         params: Mapping[str, Any] | None = None,
-        timeout: float | None = None,  # noqa: ASYNC109 - a per-request timeout (a long poll)
+        long_poll: float = 0.0,
         paced: bool = False,
-    ) -> Any:
+        bodiless: bool = False,
+    ) -> dict[str, Any]:
+        """Send a request and return its answer's JSON object; a long poll may be held up to
+        `long_poll` s by the server, on top of the waits and the deadline. With `bodiless`,
+        a success without a body (a 204, say) is taken as `{}`."""
         try:
             data = None if body is None else encode(body)
         except (TypeError, ValueError) as exc:  # a NaN, a lone surrogate (a UnicodeError)
             raise Unsendable(f"{exc.__class__.__name__}: {exc}") from exc
-        import aiohttp
-
-        session = self._http()
-        wait = None
-        if timeout is not None:
-            wait = aiohttp.ClientTimeout(total=None, connect=timeout, sock_read=timeout)
+        deadline = self._deadline + long_poll
+        status, retry_after, content = 0, None, b""
         try:
-            async with session.request(
-                method,
-                self.base_url + path,
-                data=data,
-                params=params,
-                headers=JSON_HEADERS if data is not None else None,
-                proxy=self._proxy,
-                timeout=wait if wait is not None else session.timeout,
-            ) as resp:
-                status = resp.status
-                content = await resp.read()
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            error = f"{self.base_url}: {_unreached(exc)}"
-            if self.reach.unreachable_since is None:
-                self.reach.unreachable_since = self._now()
-            self.reach.error = error
-            raise ServerUnavailable(error) from exc
+            async with asyncio.timeout(deadline):
+                exchange = self._transport.exchange(
+                    method, self.base_url + path, data, params, self._timeout + long_poll
+                )
+                async with exchange as reply:
+                    status = reply.status
+                    retry_after = _retry_after(_header(reply.headers, "Retry-After"), self._now)
+                    content = await _read(reply.body, self._max_answer)
+        except Unreached as exc:
+            raise self._unreached(str(exc)) from exc
+        except TimeoutError as exc:
+            raise self._unreached(f"Timeout: no whole answer in {deadline:g} s") from exc
+        except _TooLarge as exc:
+            self.reach.unreachable_since = self.reach.error = None
+            what = f"an answer over the {self._max_answer:,}-byte cap"
+            raise self._bad("too large", method, path, status, what, exc.head) from None
         self.reach.unreachable_since = self.reach.error = None
-        if status >= 500:
-            raise ServerUnavailable(f"{self.base_url}{path}: server error {status}")
+        if status in TRANSIENT or status >= 500:
+            what = f"server answered {status}" + (
+                f" (Retry-After {retry_after:g} s)" if retry_after is not None else ""
+            )
+            if status == 429:  # a storm of these holds every write back: a fault while it lasts
+                self._faulty("throttled", method, path, status, "429 Too Many Requests", content)
+            raise ServerUnavailable(f"{self.base_url}{path}: {what}", retry_after=retry_after)
+        if bodiless and status < 300 and not content.strip():
+            self._sound()
+            return {}
         if paced and self.pace is not None and len(content) > PACED_BYTES:
             await self.pace()
         try:
@@ -221,23 +305,81 @@ class ServerClient:
         except ValueError:  # not JSON, or not UTF-8
             payload = None
         if status >= 400:
+            self._sound()  # an error answer is an answer: the request was the mistake
             text = content.decode("utf-8", "replace")
             err = payload.get("error") if isinstance(payload, dict) else None
             code = str(err.get("code", "error")) if isinstance(err, dict) else "error"
             message = str(err.get("message", text)) if isinstance(err, dict) else text
             raise ServerError(status, code, message)
+        if not isinstance(payload, dict):
+            what = "a body that is not JSON" if payload is None else "JSON that is not an object"
+            raise self._bad("not json", method, path, status, what, content)
+        self._sound()
         return payload
+
+    def _unreached(self, why: str) -> ServerUnavailable:
+        error = f"{self.base_url}: {why}"
+        if self.reach.unreachable_since is None:
+            self.reach.unreachable_since = self._now()
+        self.reach.error = error
+        return ServerUnavailable(error)
+
+    def _bad(
+        self, kind: str, method: str, path: str, status: int, what: str, content: bytes
+    ) -> BadAnswer:
+        fault = self._faulty(kind, method, path, status, what, content)
+        return BadAnswer(f"{self.base_url}: {fault}")
+
+    def _faulty(
+        self, kind: str, method: str, path: str, status: int, what: str, content: bytes
+    ) -> str:
+        """Note a fault of the server's answers; log it once a condition (until it answers
+        soundly again, or another condition comes)."""
+        fault = f"{method} {path} answered {status} with {what}"
+        if self.reach.faulty_since is None:
+            self.reach.faulty_since = self._now()
+        self.reach.fault = fault
+        if kind != self._fault_kind:
+            self._fault_kind = kind
+            log.warning(
+                "the server at %s: %s (first bytes %s): its fault, not a program's; requests "
+                "are tried again later, writes wait in the outbox (logged once until it "
+                "answers soundly)",
+                self.base_url,
+                fault,
+                head(content),
+            )
+        return fault
+
+    def _sound(self) -> None:
+        if self._fault_kind is not None:
+            log.info("the server at %s answers soundly again", self.base_url)
+        self._fault_kind = None
+        self.reach.faulty_since = self.reach.fault = None
+
+    @contextlib.contextmanager
+    def _decoding(self, path: str, body: dict[str, Any]) -> Iterator[None]:
+        """Turn an answer of another shape than the any server's (a field missing, of another
+        type) into a `BadAnswer`."""
+        try:
+            yield
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+            what = f"JSON of another shape ({exc.__class__.__name__}: {exc})"
+            raise self._bad("shape", "a request to", path, 200, what, encode(body)) from exc
 
     # spaces, types, bundles
 
     async def spaces(self) -> list[dict[str, str]]:
         body = await self._call("GET", "/v1/spaces")
-        return list(body["spaces"])
+        with self._decoding("/v1/spaces", body):
+            return _objects(body["spaces"])
 
     async def types(self, space: str, *, include_hidden: bool = True) -> list[dict[str, Any]]:
         params = {"includeHidden": "true"} if include_hidden else None
-        body = await self._call("GET", f"/v1/spaces/{quote(space, safe='')}/types", params=params)
-        return list(body["types"])
+        path = f"/v1/spaces/{quote(space, safe='')}/types"
+        body = await self._call("GET", path, params=params)
+        with self._decoding(path, body):
+            return _objects(body["types"])
 
     async def ensure_type(
         self,
@@ -253,9 +395,10 @@ class ServerClient:
         for t in await self.types(space, include_hidden=True):
             if t.get("key") == key:
                 return str(t["id"])
+        path = f"/v1/spaces/{quote(space, safe='')}/types"
         body = await self._call(
             "POST",
-            f"/v1/spaces/{quote(space, safe='')}/types",
+            path,
             {
                 "key": key,
                 "name": name or key,
@@ -264,23 +407,24 @@ class ServerClient:
                 "dynamic": dynamic,
             },
         )
-        return str(body["id"])
+        with self._decoding(path, body):
+            return _text(body["id"])
 
     async def child(self, space: str, bundle: str, seed: str, type_id: str | None = None) -> str:
         """Return the object id of the bundle child for `seed` (resolved idempotently)."""
         payload: dict[str, Any] = {"seed": seed}
         if type_id is not None:
             payload["type"] = type_id
-        body = await self._call(
-            "POST",
-            f"/v1/spaces/{quote(space, safe='')}/bundles/{quote(bundle, safe='')}/children",
-            payload,
-        )
-        return str(body["objectId"])
+        path = f"/v1/spaces/{quote(space, safe='')}/bundles/{quote(bundle, safe='')}/children"
+        body = await self._call("POST", path, payload)
+        with self._decoding(path, body):
+            return _text(body["objectId"])
 
     async def datasets(self, space: str) -> list[dict[str, Any]]:
-        body = await self._call("GET", f"/v1/spaces/{quote(space, safe='')}/datasets")
-        return list(body["datasets"])
+        path = f"/v1/spaces/{quote(space, safe='')}/datasets"
+        body = await self._call("GET", path)
+        with self._decoding(path, body):
+            return _objects(body["datasets"])
 
     # records
 
@@ -291,11 +435,8 @@ class ServerClient:
             return {}
         if all(not w.unset and w.if_version is None for w in writes):
             records: list[dict[str, Any]] = [{"id": w.id, "fields": dict(w.fields)} for w in writes]
-            body = await self._call(
-                "POST",
-                self._space_path(where, "upsert"),
-                {**self._where(where), "records": records},
-            )
+            path = self._space_path(where, "upsert")
+            body = await self._call("POST", path, {**self._where(where), "records": records})
         else:
             mods = []
             for w in writes:
@@ -307,23 +448,19 @@ class ServerClient:
                 if w.if_version is not None:
                     rec["ifVersion"] = w.if_version
                 mods.append(rec)
-            body = await self._call(
-                "POST", self._space_path(where, "modify"), {**self._where(where), "records": mods}
-            )
-        try:
-            return {str(r["id"]): int(r["version"]) for r in body["records"]}
-        except (KeyError, TypeError, ValueError) as exc:
-            # Not the any server's answer (a proxy's page, say): the write may not have
-            # happened, and an upsert may be sent again.
-            raise ServerUnavailable(
-                f"{self.base_url}: the answer to a write is not the any server's ({exc!r})"
-            ) from exc
+            path = self._space_path(where, "modify")
+            body = await self._call("POST", path, {**self._where(where), "records": mods})
+        # Not the any server's answer (a proxy's page, say) is a `BadAnswer`: the write may
+        # not have happened, and an upsert may be sent again.
+        with self._decoding(path, body):
+            return {_text(r["id"]): int(r["version"]) for r in body["records"]}
 
     async def replace(self, where: Dataset, record_id: str, value: Mapping[str, Any]) -> int:
         """Replace a whole record (creating it when missing); return its new version."""
+        path = self._space_path(where, "modify")
         body = await self._call(
             "POST",
-            self._space_path(where, "modify"),
+            path,
             {
                 **self._where(where),
                 "records": [
@@ -335,7 +472,8 @@ class ServerClient:
                 ],
             },
         )
-        return int(body["records"][0]["version"])
+        with self._decoding(path, body):
+            return int(body["records"][0]["version"])
 
     async def query(
         self,
@@ -359,9 +497,11 @@ class ServerClient:
             payload["after"] = after
         if include_deleted:
             payload["includeDeleted"] = True
-        body = await self._call("POST", self._space_path(where, "query"), payload)
-        nxt = body.get("next")
-        return list(body["records"]), (str(nxt) if nxt else None)
+        path = self._space_path(where, "query")
+        body = await self._call("POST", path, payload)
+        with self._decoding(path, body):
+            nxt = body.get("next")
+            return _objects(body["records"]), (str(nxt) if nxt else None)
 
     async def query_all(
         self,
@@ -389,37 +529,35 @@ class ServerClient:
                 return out
 
     async def delete(self, where: Dataset, ids: Sequence[str]) -> list[str]:
-        body = await self._call(
-            "POST", self._space_path(where, "delete"), {**self._where(where), "ids": list(ids)}
-        )
-        return [str(i) for i in body["deleted"]]
+        path = self._space_path(where, "delete")
+        body = await self._call("POST", path, {**self._where(where), "ids": list(ids)})
+        with self._decoding(path, body):
+            return [_text(i) for i in body["deleted"]]
 
     async def changes(self, space: str, since: int, wait: float = 0.0) -> ChangePage | None:
         """Return changes after `since` (long-polling up to `wait` s); None if there is no feed."""
+        path = f"/v1/spaces/{quote(space, safe='')}/changes"
         try:
             body = await self._call(
-                "GET",
-                f"/v1/spaces/{quote(space, safe='')}/changes",
-                params={"since": since, "wait": wait},
-                timeout=wait + 10.0,
-                paced=True,
+                "GET", path, params={"since": since, "wait": wait}, long_poll=wait, paced=True
             )
         except ServerError as exc:
             if exc.status == 404 and exc.code in ("not_found", "error", "no_route"):
                 return None
             raise
-        changes = [
-            Change(
-                seq=int(c["seq"]),
-                object_id=str(c.get("objectId", "")),
-                dataset=str(c.get("dataset", "")),
-                id=str(c.get("id", "")),
-                op=str(c.get("op", "")),
-                record=c.get("record"),
-            )
-            for c in body.get("changes", [])
-        ]
-        return ChangePage(changes=changes, seq=int(body.get("seq", since)))
+        with self._decoding(path, body):
+            changes = [
+                Change(
+                    seq=int(c["seq"]),
+                    object_id=str(c.get("objectId", "")),
+                    dataset=str(c.get("dataset", "")),
+                    id=str(c.get("id", "")),
+                    op=str(c.get("op", "")),
+                    record=_object_or_none(c.get("record")),
+                )
+                for c in _objects(body.get("changes", []))
+            ]
+            return ChangePage(changes=changes, seq=int(body.get("seq", since)))
 
     # devices registry
 
@@ -431,23 +569,27 @@ class ServerClient:
             if exc.status == 404:
                 return None
             raise
-        return DevicesView(
-            self_id=str(body.get("self", "")),
-            active=dict(body.get("active") or {}),
-            devices=[_device_row(r) for r in body.get("devices", [])],
-        )
+        with self._decoding("/v1/devices", body):
+            return DevicesView(
+                self_id=str(body.get("self", "")),
+                active=dict(body.get("active") or {}),
+                devices=[_device_row(r) for r in _objects(body.get("devices", []))],
+            )
 
     async def register(self, app: str, version: str, *, name: str = "", os: str = "") -> DeviceRow:
         body = await self._call(
             "PUT", "/v1/devices/me", {"name": name, "os": os, "apps": {app: {"version": version}}}
         )
-        return _device_row(body)
+        with self._decoding("/v1/devices/me", body):
+            return _device_row(body)
 
     async def activate(self, app: str) -> DeviceRow:
-        return _device_row(await self._call("POST", "/v1/devices/activate", {"app": app}))
+        body = await self._call("POST", "/v1/devices/activate", {"app": app})
+        with self._decoding("/v1/devices/activate", body):
+            return _device_row(body)
 
     async def prune(self, peer_id: str) -> None:
-        await self._call("DELETE", f"/v1/devices/{quote(peer_id, safe='')}")
+        await self._call("DELETE", f"/v1/devices/{quote(peer_id, safe='')}", bodiless=True)
 
     # helpers
 
@@ -458,6 +600,133 @@ class ServerClient:
     @staticmethod
     def _where(where: Dataset) -> dict[str, Any]:
         return {"objectId": where.object_id, "dataset": where.name}
+
+
+class AiohttpTransport:
+    """Requests over aiohttp's client. The session is made on the first request, in the event
+    loop that makes it, and again if a later request comes from another loop (a test's
+    `asyncio.run` after another)."""
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
+        self._session: aiohttp.ClientSession | None = None
+        self._session_loop: asyncio.AbstractEventLoop | None = None
+        self._proxy: str | None = None
+
+    def _http(self) -> aiohttp.ClientSession:
+        import aiohttp
+
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session.closed or self._session_loop is not loop:
+            self._session = aiohttp.ClientSession()
+            self._session_loop = loop
+            self._proxy = proxy_for(self.base_url)
+        return self._session
+
+    @asynccontextmanager
+    async def exchange(
+        self,
+        method: str,
+        url: str,
+        body: bytes | None,
+        params: Mapping[str, Any] | None,
+        wait: float,
+    ) -> AsyncIterator[Reply]:
+        import aiohttp
+
+        session = self._http()
+        # `wait` bounds the connect and each wait for bytes; the client's deadline bounds
+        # the whole answer.
+        timeout = aiohttp.ClientTimeout(total=None, connect=wait, sock_read=wait)
+        try:
+            async with session.request(
+                method,
+                url,
+                data=body,
+                params=params,
+                headers=JSON_HEADERS if body is not None else None,
+                proxy=self._proxy,
+                timeout=timeout,
+            ) as resp:
+                yield Reply(resp.status, resp.headers, resp.content.iter_any())
+        except aiohttp.ClientError as exc:
+            raise Unreached(_unreached(exc)) from exc
+
+    async def aclose(self) -> None:
+        session, self._session = self._session, None
+        if session is not None and self._session_loop is asyncio.get_running_loop():
+            await session.close()
+
+
+class _TooLarge(Exception):
+    def __init__(self, head: bytes) -> None:
+        super().__init__("an answer over the cap")
+        self.head = head
+
+
+async def _read(chunks: AsyncIterator[bytes], cap: int) -> bytes:
+    """Return a whole body; raise `_TooLarge` (with its first bytes) as soon as it passes `cap`."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in chunks:
+        size += len(chunk)
+        if size > cap:
+            raise _TooLarge((b"".join(parts) + chunk)[:HEAD_BYTES] if parts else chunk[:HEAD_BYTES])
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    value = headers.get(name)
+    if value is None:
+        lower = name.lower()
+        value = next((v for k, v in headers.items() if k.lower() == lower), None)
+    return value
+
+
+def _retry_after(value: str | None, now: Callable[[], float]) -> float | None:
+    """Return the wait a `Retry-After` asks for (seconds, or an HTTP date), capped at
+    `RETRY_AFTER_MAX_S`; None when there is none or it cannot be read."""
+    if value is None:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            seconds = email.utils.parsedate_to_datetime(value).timestamp() - now()
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return None
+    if not math.isfinite(seconds):
+        return None
+    return min(max(seconds, 0.0), RETRY_AFTER_MAX_S)
+
+
+def head(content: bytes) -> str:
+    """Return an answer's first bytes for a log line, escaped (a bytes literal: no control
+    character of a hostile body reaches the log)."""
+    shown = repr(content[:HEAD_BYTES])
+    return shown + ("..." if len(content) > HEAD_BYTES else "")
+
+
+def _objects(value: Any) -> list[dict[str, Any]]:
+    """Return a list of JSON objects; raise TypeError when `value` is not one."""
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise TypeError(f"expected a list of objects, got {type(value).__name__}")
+    return value
+
+
+def _object_or_none(value: Any) -> dict[str, Any] | None:
+    if value is not None and not isinstance(value, dict):
+        raise TypeError(f"expected an object or null, got {type(value).__name__}")
+    return value
+
+
+def _text(value: Any) -> str:
+    """Return an id as text; raise TypeError for a value an id cannot be (an object, null)."""
+    if isinstance(value, (dict, list)) or value is None:
+        raise TypeError(f"expected an id, got {type(value).__name__}")
+    return str(value)
 
 
 def proxy_for(url: str) -> str | None:

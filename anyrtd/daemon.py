@@ -28,7 +28,7 @@ from anyrtd.metrics import Stats
 from anyrtd.mirror import AsyncMirror, Mirror
 from anyrtd.mirror_guard import MirrorFault
 from anyrtd.model import TriggerDef
-from anyrtd.outbox import RUNS, TRIGGERS, WINDOW_S, DrainResult, DrainWake, drain
+from anyrtd.outbox import RETRY_S, RUNS, TRIGGERS, WINDOW_S, DrainResult, DrainWake, drain
 from anyrtd.places import Places
 from anyrtd.port import Health, Metrics, TriggerFacts, Triggers, server_reasons
 from anyrtd.records import RecordCache
@@ -379,7 +379,8 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
             await self.sync(wait=FEED_WAIT_S)
         except (ServerUnavailable, ServerError) as exc:
             log.debug("sync: %s", exc)
-            await asyncio.sleep(min(self.config.tick_s, 2.0))
+            wait = exc.retry_after if isinstance(exc, ServerUnavailable) else None
+            await asyncio.sleep(max(min(self.config.tick_s, 2.0), wait or 0.0))
             return
         if not self.sync_stage.resolved or not self.sync_stage.feed_available:
             await asyncio.sleep(self.config.tick_s)
@@ -397,8 +398,8 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
         await self.timer.clear_of()  # encoding them must not hold up a start
         result = await self.drain_outbox()
         self._outbox_wake.drained(result)
-        if result is not None and result.error:
-            await asyncio.sleep(1.0)
+        if result is not None and result.error:  # the wait a 429 or a 503 asked for, if longer
+            await asyncio.sleep(max(RETRY_S, result.retry_after or 0.0))
 
     # the port (anyrtd.port.Port, which documents each): what the control API and the chat
     # responder use

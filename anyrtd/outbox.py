@@ -28,6 +28,16 @@ log = logging.getLogger("anyrtd.outbox")
 TRIGGERS = "triggers"
 RUNS = "runs"
 
+REFUSED = frozenset({400, 409, 413, 422})
+"""The statuses by which the server says it will never take a write as it is (a malformed
+write, one that conflicts with the record, one too large): set aside. Any other answer that
+is not a success (a 429, a 408, a 5xx, a 401 or 404 while the server is being set up, a
+body that is not its JSON) leaves the write queued, to be sent again."""
+
+RETRY_S = 1.0
+"""How long the outbox loop waits after a drain the server did not take, unless the server
+named a longer wait (`Retry-After`, up to `anyrtd.client.RETRY_AFTER_MAX_S`)."""
+
 WINDOW_S = 1.0
 """How long the outbox loop lets writes gather after it is woken, before it drains: the runs
 of several due batches then go in one request per dataset, and their trigger's writes fold
@@ -46,7 +56,9 @@ class DrainResult:
     changed since they were made: dropped, as the change supersedes them (a claim met an
     owner written meanwhile)."""
     error: str | None = None
-    """Set when the server could not be reached: the rest stays queued."""
+    """Set when the server could not be reached or said "not now": the rest stays queued."""
+    retry_after: float | None = None
+    """The longest wait the server asked for (`Retry-After`) in the drain's answers."""
     more: bool = False
     """The drain ran all its rounds: writes may be left to send."""
 
@@ -140,7 +152,9 @@ async def drain(
 ) -> DrainResult:
     """Send queued writes until the queue is empty, the server is away, or `rounds` are done.
 
-    Only a server that cannot be reached stops the drain. A write the server refuses, or
+    A server that cannot be reached or says "not now" (a 429, a 408, a 5xx, an answer that
+    is not its JSON) stops the drain: the writes stay queued (`DrainResult.error`, and the
+    wait it asked for in `retry_after`). A write the server refuses for good (`REFUSED`), or
     one the client cannot even send (text that cannot be encoded, say), is set aside: kept
     in the mirror with the reason, counted, and no longer sent, so the writes behind it go.
     A conditional write refused because its record changed is dropped (`DrainResult.lost`).
@@ -165,8 +179,8 @@ async def drain(
         taken: list[OutboxItem] = []
         try:
             for (where, group), answer in zip(groups, answers, strict=True):
-                if isinstance(answer, ServerUnavailable):
-                    result.error = str(answer)
+                if isinstance(answer, Exception) and not refused(answer):
+                    _not_now(result, answer)
                     seqs = [i.seq for i in group]
                     await db.call(functools.partial(_fail, seqs=seqs, error=str(answer)))
                     continue
@@ -209,8 +223,8 @@ async def _one_by_one(
     """Send `group` a write at a time; set aside each one that can never go.
 
     Return the versions, the items the server took, and the conditional items it refused
-    because their record changed (`DrainResult.lost`); stop at a server that is away
-    (`result.error`).
+    because their record changed (`DrainResult.lost`); stop at a server that is away or
+    says "not now" (`result.error`).
     """
     versions: dict[str, int] = {}
     sent: list[OutboxItem] = []
@@ -218,10 +232,10 @@ async def _one_by_one(
     for item in group:
         try:
             versions.update(await client.upsert(where, merge([item])))
-        except ServerUnavailable as exc:
-            result.error = str(exc)
-            return versions, sent, lost
-        except Exception as exc:  # a refusal, or a write the client cannot send at all
+        except Exception as exc:  # a refusal, a write the client cannot send, or "not now"
+            if not refused(exc):
+                _not_now(result, exc)
+                return versions, sent, lost
             if superseded(item, exc):
                 log.info(
                     "dropped a write to %s %s made against version %s: the record changed "
@@ -247,6 +261,22 @@ async def _one_by_one(
             continue
         sent.append(item)
     return versions, sent, lost
+
+
+def refused(exc: Exception) -> bool:
+    """Tell whether a write can never go as it is: the server refused it for good (`REFUSED`),
+    or the client cannot send it (`Unsendable`, or a failure of the client on it alone)."""
+    if isinstance(exc, ServerUnavailable):
+        return False
+    if isinstance(exc, ServerError) and not isinstance(exc, Unsendable):
+        return exc.status in REFUSED
+    return True
+
+
+def _not_now(result: DrainResult, exc: Exception) -> None:
+    result.error = str(exc)
+    if isinstance(exc, ServerUnavailable) and exc.retry_after is not None:
+        result.retry_after = max(exc.retry_after, result.retry_after or 0.0)
 
 
 def superseded(item: OutboxItem, exc: Exception) -> bool:

@@ -72,7 +72,8 @@ OUTBOX_BACKLOG = 1000
 
 
 def server_reasons(reach: Reach, outbox_depth: int) -> list[str]:
-    """Return the reasons for `degraded` that the server gives: unreachable, a growing outbox."""
+    """Return the reasons for `degraded` that the server gives: unreachable, answers that are
+    not the any server's (or 429s), a growing outbox."""
     reasons = []
     if reach.unreachable_since is not None:
         since = datetime.fromtimestamp(reach.unreachable_since, UTC)
@@ -80,7 +81,14 @@ def server_reasons(reach: Reach, outbox_depth: int) -> list[str]:
             f"server unreachable since {since:%Y-%m-%dT%H:%M:%SZ} ({reach.error}); "
             "firing from the mirror, writes wait in the outbox"
         )
-    if outbox_depth and (reach.unreachable_since is not None or outbox_depth >= OUTBOX_BACKLOG):
+    if reach.faulty_since is not None:
+        since = datetime.fromtimestamp(reach.faulty_since, UTC)
+        reasons.append(
+            f"server answers badly since {since:%Y-%m-%dT%H:%M:%SZ} ({reach.fault}); "
+            "firing from the mirror, writes wait in the outbox"
+        )
+    away = reach.unreachable_since is not None or reach.faulty_since is not None
+    if outbox_depth and (away or outbox_depth >= OUTBOX_BACKLOG):
         reasons.append(f"{outbox_depth} writes waiting in the outbox for the server")
     return reasons
 

@@ -90,6 +90,8 @@ class Sync:
         self._resumed = False
         """The mirror held a feed cursor: the first full read may wait (`full_read_due`)."""
         self._server_away = False
+        self._went_back = False
+        """The change feed went back behind the cursor, and has not moved forward since."""
         self.fence = fence
         """Notes the claims' tokens and the replication lag (anyrtd/claims.py), when set."""
 
@@ -250,14 +252,22 @@ class Sync:
             self.fence.sample_lag(arrived, self.peer_id, now)
         if page.seq < self.cursor:
             # The feed is behind what this mirror followed: another server, or one restored
-            # from a backup. Follow it from its head, and read every record at the next step.
-            log.warning(
-                "the change feed is at %d, behind the mirror's cursor %d: reading every record",
-                page.seq,
-                self.cursor,
-            )
-            self._last_full = None
-        self.cursor = page.seq if page.seq < self.cursor else max(self.cursor, page.seq)
+            # from a backup. Follow it from its head, and read every record at the next step;
+            # once an episode: a feed that keeps going back costs neither a line nor a full
+            # read a poll.
+            if not self._went_back:
+                self._went_back = True
+                log.warning(
+                    "the change feed is at %d, behind the mirror's cursor %d (another server, "
+                    "or one restored from a backup): following it from there, after one read "
+                    "of every record; noted once until it moves forward",
+                    page.seq,
+                    self.cursor,
+                )
+                self._last_full = None
+        elif page.seq > self.cursor:
+            self._went_back = False
+        self.cursor = page.seq
         self._buffer.extend(relevant)
         self._mark_cursor()
         echo = self.records.echo

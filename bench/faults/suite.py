@@ -20,6 +20,7 @@ FAMILIES = {
     "flood": "flood",
     "programs": "hostile",
     "fleet": "fleet",
+    "storm": "storm",
 }
 
 
