@@ -58,10 +58,15 @@ def lateness(started: Any, scheduled: Any) -> str:
     if not _number(started) or not _number(scheduled):
         return ""
     late = started - scheduled
-    sign = "-" if late < 0 else ""
-    late = abs(late)
+    text = _span(abs(late))
+    # Signed after rounding: a start 0.3 ms early shows `0ms`, not `-0ms`.
+    return "-" + text if late < 0 and any(c in "123456789" for c in text) else text
+
+
+def _span(late: float) -> str:
+    """Return a non-negative number of seconds as `250ms`, `12.5s` or `3h 2m`."""
     if late < 60:
-        return sign + duration(late * 1000)
+        return duration(late * 1000)
     parts: list[str] = []
     for size, unit in ((86400, "d"), (3600, "h"), (60, "m"), (1, "s")):
         if late >= size or parts:
@@ -69,7 +74,7 @@ def lateness(started: Any, scheduled: Any) -> str:
             late %= size
         if len(parts) == 2:
             break
-    return sign + " ".join(parts)
+    return " ".join(parts)
 
 
 def relative(delta: float) -> str:

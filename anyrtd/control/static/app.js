@@ -238,6 +238,13 @@ async function loadWords() {
     return run.startedAt - run.scheduledAt;
   }
 
+  // Signed after rounding: a start 0.3 ms early reads `0.000 s`, never `-0.000 s`.
+  function lateText(late, plus) {
+    const text = Math.abs(late).toFixed(3);
+    const sign = /[1-9]/.test(text) ? (late < 0 ? "-" : plus ? "+" : "") : "";
+    return `${sign}${text} s`;
+  }
+
   function scheduleText(t) {
     const spec = t.spec;
     if (!spec || typeof spec !== "object") return t.kind || "?";
@@ -311,7 +318,7 @@ async function loadWords() {
       });
       const late = lateness(run);
       const parts = [`${run.runId}: ${status}`, `started ${when(run.startedAt)}`, `took ${duration(run.durationMs)}`];
-      if (late !== null) parts.push(`scheduled ${when(run.scheduledAt)} (${late >= 0 ? "+" : ""}${late.toFixed(3)} s)`);
+      if (late !== null) parts.push(`scheduled ${when(run.scheduledAt)} (${lateText(late, true)})`);
       else parts.push("manual run");
       if (run.error) parts.push(run.error);
       bar.append(svg("title", {}, parts.join("\n")));
@@ -522,7 +529,7 @@ async function loadWords() {
           el("td", {}, el("code", {}, r.runId)),
           el("td", {}, r.scheduledAt === null ? "manual" : when(r.scheduledAt)),
           el("td", {}, when(r.startedAt)),
-          el("td", {}, late === null ? "—" : `${late.toFixed(3)} s`),
+          el("td", {}, late === null ? "—" : lateText(late, false)),
           el("td", {}, r.status === W.RunStatus.RUNNING ? r.status : duration(r.durationMs)),
           el("td", {}, badge(r.status)),
           el("td", { class: "error" }, r.error || ""));
