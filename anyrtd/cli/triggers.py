@@ -751,10 +751,21 @@ def triggers_apply(
         echo(f"nothing to change: {counts['unchanged']} unchanged")
 
 
-def state_line(t: Mapping[str, Any], now: float) -> str:
-    """Return `ID: enabled (scheduled), next fire …`; the state only where it adds a word."""
+def state_line(t: Mapping[str, Any], now: float, asked: bool | None = None) -> str:
+    """Return `ID: enabled (scheduled), next fire …`; the state only where it adds a word.
+
+    With `asked` (the switch just written to the record), a device that has not applied it
+    yet says when it will, rather than the state it is leaving: a claim in flight applies
+    the record's `enabled` once it is confirmed."""
     switch = "enabled" if t.get("enabled") else "disabled"
     state = t.get("state")
+    if asked is not None and bool(t.get("enabled")) != asked:
+        want = "enabled" if asked else "disabled"
+        if state == TriggerState.CLAIMING:
+            when = "once this device's claim on it is confirmed (within a few ticks)"
+        else:
+            when = f"when this device applies the record (now {state})"
+        return f"{fmt.field(t['id'])}: {want} in its record; {want} here {when}"
     said = f" ({state})" if state and state != switch and state != TriggerState.DISABLED else ""
     extra = f", next fire {fmt.when(t['nextFire'], now)}" if t.get("nextFire") else ""
     return f"{fmt.field(t['id'])}: {switch}{said}{extra}"
@@ -784,7 +795,7 @@ def _switch(config: Config, trigger_id: str, verb: str, as_json: bool) -> None:
     if as_json:
         emit_json(trigger)
     else:
-        echo(state_line(trigger, time.time()))
+        echo(state_line(trigger, time.time(), asked=verb == "enable"))
 
 
 @triggers.command("pin")
