@@ -40,7 +40,7 @@ from anyrtd.rows import EntryRow
 from anyrtd.unit import Unit
 from anyrtd.vocab import Kind, LastStatus, RollupField, Verdict
 
-log = logging.getLogger("anyrtd.daemon")
+log = logging.getLogger("anyrtd.apply")
 
 SPREAD_SLICE = 1000
 """Ids a tick reconciles of a reconcile of every id: at 100,000 records, whose definitions
