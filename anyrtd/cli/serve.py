@@ -18,6 +18,7 @@ import click
 
 from anyrtd.address import TcpAddress
 from anyrtd.cli.shared import (
+    CONFIG_OPTION,
     LISTEN_OPTION,
     SPACE_OPTION,
     echo,
@@ -201,6 +202,7 @@ def mirror_faults(path: Path) -> Iterator[None]:
 
 
 @click.command()
+@CONFIG_OPTION
 @shared_option(
     "--state-dir",
     name="state_dir",
