@@ -125,6 +125,8 @@ def test_no_control_character_reaches_the_terminal_from_any_listing(stack: Stack
         ("runs", "list"),
         ("runs", "list", "--trigger", PLAIN_ID),
         ("runs", "show", run_id),
+        ("election",),
+        ("doctor",),
         ("triggers", "disable", HOSTILE_ID),
         ("triggers", "show", HOSTILE_ID + "-nonesuch"),
     ]

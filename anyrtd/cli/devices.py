@@ -28,9 +28,9 @@ def election(config: Config, as_json: bool) -> None:
         return
     verdict = body.get("verdict") or (Verdict.ACTIVE if body.get("active") else Verdict.STANDBY)
     state = "on" if body.get("enabled") else "off (single-device: always active)"
-    echo(f"this device: {body.get('peerId')}")
-    echo(f"verdict:     {verdict}")
-    echo(f"winner:      {body.get('winner') or '(none)'}")
+    echo(f"this device: {fmt.field(body.get('peerId'))}")
+    echo(f"verdict:     {fmt.field(verdict)}")
+    echo(f"winner:      {fmt.field(body.get('winner') or '(none)')}")
     echo(f"election:    {state}")
 
 
