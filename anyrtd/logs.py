@@ -83,7 +83,7 @@ class _EventFormatter(logging.Formatter):
 
 
 class PlainFormatter(_EventFormatter):
-    """`2025-01-02T08:00:00.004+01:00 INFO anyrtd.daemon: fired trigger=t1 run=r1`."""
+    """`2025-01-02T08:00:00.004+01:00 INFO anyrtd.firing: firing t1 (agent:x@v1) trigger=t1`."""
 
     _second: int | None = None
     _date = _zone = ""
@@ -99,7 +99,7 @@ class PlainFormatter(_EventFormatter):
 
 
 class JournalFormatter(_EventFormatter):
-    """`<6>anyrtd.daemon: fired trigger=t1 run=r1`, the prefix repeated on every line."""
+    """`<6>anyrtd.firing: firing t1 (agent:x@v1) trigger=t1`, the prefix repeated on every line."""
 
     def _head(self, record: logging.LogRecord) -> str:
         return f"{record.name}: "
