@@ -40,7 +40,7 @@ from anyrtd.rows import EntryRow
 from anyrtd.unit import Unit
 from anyrtd.vocab import Kind, LastStatus, RollupField, Verdict
 
-log = logging.getLogger("anyrtd.daemon")
+log = logging.getLogger("anyrtd.apply")
 
 SPREAD_SLICE = 1000
 """Ids a tick reconciles of a reconcile of every id: at 100,000 records, whose definitions
@@ -355,10 +355,12 @@ class Apply:
         if enabled:
             entry.row.consecutive_failures = 0
             entry.row.armed_at = now
-            auto_disabled = defn.rollup.last_status == LastStatus.AUTO_DISABLED
-            unset = [RollupField.LAST_STATUS] if auto_disabled else []
-            if defn.rollup.consecutive_failures or unset:
-                self.unit.write_trigger(defn.id, {RollupField.CONSECUTIVE_FAILURES: 0}, unset=unset)
+            reset: dict[str, object] = {RollupField.CONSECUTIVE_FAILURES: 0}
+            if defn.rollup.last_status == LastStatus.AUTO_DISABLED:
+                # The trip goes; the status of the failed run that tripped it stays.
+                reset[RollupField.LAST_STATUS] = LastStatus.ERROR
+            if defn.rollup.consecutive_failures or len(reset) > 1:
+                self.unit.write_trigger(defn.id, reset)
         self.registry.arm(entry, now)
         self.unit.save(entry.row)
         log.info("%s %s", "enabled" if enabled else "disabled", defn.id, extra={"trigger": defn.id})

@@ -44,7 +44,7 @@ from anyrtd.runs import BREAKER_STATUSES, duration_ms, rollup
 from anyrtd.unit import Apart, CommitFailed, Unit
 from anyrtd.vocab import Kind, RollupField, RunStatus, Verdict
 
-log = logging.getLogger("anyrtd.daemon")
+log = logging.getLogger("anyrtd.firing")
 
 CLOCK_STEP_TOLERANCE_S = 1.0
 """How far the wall clock may fall behind the monotonic clock between two looks before the

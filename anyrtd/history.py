@@ -21,7 +21,7 @@ from anyrtd.rows import RunRow
 from anyrtd.runs import run_row
 from anyrtd.vocab import HistorySource
 
-log = logging.getLogger("anyrtd.daemon")
+log = logging.getLogger("anyrtd.history")
 
 TRIGGER_RUNS = 20
 """The seeds' count of a trigger's newest runs."""

@@ -6,6 +6,8 @@ their tracebacks; journald stamps the time itself. Elsewhere each line starts wi
 local ISO 8601 timestamp and the level name. The trigger and run a line concerns follow
 the message as `trigger=... run=...`: pass them in `extra=`. Warnings and errors of one
 kind are rate-limited (`RateLimit`): 20 per 10 s, then one line saying how many were held.
+Control characters in a line (an id, a name or a program's output quoted in it) are
+escaped (`anyrtd.escape`): a line is one line, and no escape sequence reaches the journal.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TextIO
+
+from anyrtd.escape import printable
 
 # The context fields a log line may carry, in the order they are written.
 CONTEXT_FIELDS = ("trigger", "run", "program")
@@ -54,8 +58,8 @@ def _context_suffix(record: logging.LogRecord) -> str:
         if value is None:
             continue
         text = str(value)
-        if not text or _NEEDS_QUOTES.search(text):
-            text = json.dumps(text)
+        # json.dumps escapes what it quotes (`ensure_ascii`); printable, the rest.
+        text = json.dumps(text) if not text or _NEEDS_QUOTES.search(text) else printable(text)
         parts.append(f"{name}={text}")
     return " " + " ".join(parts) if parts else ""
 
@@ -68,18 +72,18 @@ class _EventFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         record.message = record.getMessage()
-        parts = [self._head(record) + record.message + _context_suffix(record)]
+        parts = [self._head(record) + printable(record.message) + _context_suffix(record)]
         if record.exc_info and not record.exc_text:
             record.exc_text = self.formatException(record.exc_info)
         if record.exc_text:
-            parts.append(record.exc_text)
+            parts.append(printable(record.exc_text, lines=True))
         if record.stack_info:
-            parts.append(self.formatStack(record.stack_info))
+            parts.append(printable(self.formatStack(record.stack_info), lines=True))
         return "\n".join(parts)
 
 
 class PlainFormatter(_EventFormatter):
-    """`2025-01-02T08:00:00.004+01:00 INFO anyrtd.daemon: fired trigger=t1 run=r1`."""
+    """`2025-01-02T08:00:00.004+01:00 INFO anyrtd.firing: firing t1 (agent:x@v1) trigger=t1`."""
 
     _second: int | None = None
     _date = _zone = ""
@@ -95,7 +99,7 @@ class PlainFormatter(_EventFormatter):
 
 
 class JournalFormatter(_EventFormatter):
-    """`<6>anyrtd.daemon: fired trigger=t1 run=r1`, the prefix repeated on every line."""
+    """`<6>anyrtd.firing: firing t1 (agent:x@v1) trigger=t1`, the prefix repeated on every line."""
 
     def _head(self, record: logging.LogRecord) -> str:
         return f"{record.name}: "

@@ -31,7 +31,7 @@ from anyrtd.sync import FEED_HEAD, Sync
 from anyrtd.unit import Unit
 from anyrtd.vocab import Kind, Verdict
 
-log = logging.getLogger("anyrtd.daemon")
+log = logging.getLogger("anyrtd.role")
 
 FOLLOW_WAIT_S = 5.0
 """How long one long-poll of another space's feed waits: a space an event trigger starts

@@ -146,7 +146,9 @@ def run_record(row: RunRow) -> dict[str, Any]:
         "fuel": result.get("fuel"),
         "model": result.get("model"),
         "title": result.get("title"),
-        "scheduledAt": row.scheduled_at,
+        # To the millisecond as `startedAt` is: rounded alike, a start after its due time
+        # never reads as before it (an `every_s` occurrence falls anywhere in a millisecond).
+        "scheduledAt": round(row.scheduled_at, 3) if row.scheduled_at is not None else None,
     }
 
 

@@ -28,7 +28,7 @@ from anyrtd.records import RecordCache
 from anyrtd.unit import Unit
 from anyrtd.vocab import Verdict, is_stamp, stamp
 
-log = logging.getLogger("anyrtd.daemon")
+log = logging.getLogger("anyrtd.sync")
 
 RESYNC_S_PER_RECORD = 0.06
 """The safety net's full read comes at most every this many seconds per record: about

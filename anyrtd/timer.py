@@ -43,7 +43,7 @@ from anyrtd.runner.process import run_groups
 from anyrtd.unit import CommitFailed
 from anyrtd.vocab import Kind, Verdict
 
-log = logging.getLogger("anyrtd.daemon")
+log = logging.getLogger("anyrtd.timer")
 
 IDLE_WAKE_S = 60.0
 """The longest the timer sleeps without looking (the wall clock may have stepped)."""

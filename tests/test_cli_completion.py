@@ -6,6 +6,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import click
 import pytest
 from conftest import anyrtd_command
 
@@ -58,7 +59,7 @@ def test_trigger_ids_complete_to_nothing_when_no_daemon_answers(tmp_path: Path) 
 
 def test_every_id_argument_completes() -> None:
     triggers = main.commands["triggers"]
-    assert isinstance(triggers, type(main))
+    assert isinstance(triggers, click.Group)
     for name in ("show", "edit", "enable", "disable", "pin", "unpin", "run", "delete"):
         command = triggers.commands[name]
         argument = next(p for p in command.params if p.name == "trigger_id")

@@ -282,12 +282,12 @@ async def test_enable_resets_the_breaker(stack: Stack) -> None:
     assert status == 200
     assert body["enabled"] is True
     assert body["consecutiveFailures"] == 0
-    assert body["lastStatus"] is None
+    assert body["lastStatus"] == "error"  # the trip goes; the failed run's status stays
     assert body["state"] == "scheduled"
     record = await stack.record("flaky")
     assert record["enabled"] is True
     assert record["consecutiveFailures"] == 0
-    assert "lastStatus" not in record
+    assert record["lastStatus"] == "error"
 
 
 async def test_patch_spec_rearms_forward_and_writes_the_record(stack: Stack) -> None:
@@ -693,7 +693,7 @@ async def test_enable_lands_after_a_trip_still_queued_in_the_outbox(
         records, _ = await user.query(daemon.places.triggers, filter={"id": "trip"})
         assert records[0]["enabled"] is True
         assert records[0]["consecutiveFailures"] == 0
-        assert "lastStatus" not in records[0]
+        assert records[0]["lastStatus"] == "error"
     finally:
         await user.aclose()
         await daemon.stop()

@@ -216,8 +216,9 @@ async def test_enable_resets_the_breaker_and_clears_the_trip(
 ) -> None:
     resp = await http.post("/triggers/tripped/enable")
     assert resp.status == 200
-    assert port.writes == [("tripped", {"enabled": True, "consecutiveFailures": 0}, ["lastStatus"])]
-    assert (await resp.json())["lastStatus"] is None
+    written = {"enabled": True, "consecutiveFailures": 0, "lastStatus": "error"}
+    assert port.writes == [("tripped", written, [])]
+    assert (await resp.json())["lastStatus"] == "error"
 
 
 async def test_a_refused_spec_sends_no_write(http: TestClient[Any, Any], port: FakePort) -> None:

@@ -207,6 +207,20 @@ async def test_the_breaker_trips_after_n_failures_and_a_flip_resets_it(h: Node) 
     assert rec["lastStatus"] == "ok" and rec["consecutiveFailures"] == 0
 
 
+async def test_an_enable_flip_after_a_trip_keeps_the_failed_runs_status(h: Node) -> None:
+    program = cron("* * * * *", program="test:fail@v1", maxConsecutiveFailures=1)
+    await h.put("tripped", owner=h.me, **program)
+    await h.step(1)
+    await h.step(60)
+    rec = await h.record("tripped")
+    assert rec["enabled"] is False and rec["lastStatus"] == "auto_disabled"
+    await h.put("tripped", enabled=True)
+    await h.step(1)
+    rec = await h.record("tripped")
+    assert rec["enabled"] is True and rec["consecutiveFailures"] == 0
+    assert rec["lastStatus"] == "error" and rec["runCount"] == 1  # it ran: not "never ran"
+
+
 async def test_an_enable_flip_resets_the_breaker_count(h: Node) -> None:
     await h.put("t", owner=h.me, **cron("* * * * *", program="test:fail@v1"))
     await h.step(1)

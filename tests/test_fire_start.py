@@ -115,7 +115,7 @@ BURST = 20
 async def test_a_due_batch_starts_every_program_before_any_runs_other_work(
     devserver: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="anyrtd.daemon")
+    caplog.set_level(logging.INFO, logger="anyrtd")
     # What each program saw when called: the batch's budget timers and "firing" lines so far.
     seen: list[tuple[int, int]] = []
     done = asyncio.Event()

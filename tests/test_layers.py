@@ -16,6 +16,7 @@ FLOW: tuple[tuple[str, ...], ...] = (
     (
         "anyrtd",
         "anyrtd.vocab",
+        "anyrtd.escape",
         "anyrtd.clock",
         "anyrtd.heap",
         "anyrtd.logs",

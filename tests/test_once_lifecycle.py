@@ -321,7 +321,7 @@ async def test_the_overlap_skip_line_prints_an_iso_time_with_its_zone(
     h.clock.advance(60)
     assert len(await h.daemon.fire_due(h.clock.now())) == 1
     h.clock.advance(60)
-    with caplog.at_level(logging.INFO, logger="anyrtd.daemon"):
+    with caplog.at_level(logging.INFO, logger="anyrtd"):
         assert await h.daemon.fire_due(h.clock.now()) == []
     h.programs.release.set()
     await h.settle()

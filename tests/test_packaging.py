@@ -235,6 +235,17 @@ def test_system_unit_exposure_level_is_at_most_2_5(tmp_path: Path) -> None:
 
 
 @needs_analyze
+def test_the_units_comment_gives_the_exposure_systemd_analyze_reports(tmp_path: Path) -> None:
+    unit = copy_with_stand_in(SYSTEM_UNIT, tmp_path, "/usr/local/bin/anyrtd")
+    done = run_analyze("security", "--offline=yes", str(unit))
+    found = re.search(r"Overall exposure level for anyrtd\.service: ([0-9.]+)", done.stdout)
+    assert found, done.stdout
+    said = re.search(r"scores this unit about ([0-9.]+)", SYSTEM_UNIT.read_text())
+    assert said, "the unit's hardening comment gives no exposure figure"
+    assert float(said.group(1)) == round(float(found.group(1)), 1), done.stdout
+
+
+@needs_analyze
 def test_ci_unit_checks_pass_and_fail_past_the_limit() -> None:
     ok = subprocess.run([str(CHECKS)], capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stdout + ok.stderr

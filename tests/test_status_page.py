@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -292,6 +293,98 @@ def test_the_buttons_disable_enable_and_run_a_trigger(
     )
     assert "anyrtd triggers enable steady" in browser.find_element(By.ID, "detail").text
     assert not_reloaded(browser)
+
+
+def card_lines(browser: WebDriver, card_id: str) -> tuple[str, list[str]]:
+    """Return a health card's tone class and its lines (label, value, note)."""
+    card = browser.find_element(By.ID, card_id)
+    return card.get_attribute("class") or "", card.text.splitlines()
+
+
+def test_built_ins_not_installed_here_are_expected_not_an_alarm(
+    browser: WebDriver, served: ServeProcess, devserver: DevserverProcess
+) -> None:
+    # anyrtd ships two of the six standing built-ins: on the active device the four others
+    # carry `not_installed`, as `anyrtd doctor` expects.
+    open_page(browser, served)
+    wait_for(
+        browser,
+        lambda b: all(
+            row_state(b, rid) == Marker.NOT_INSTALLED for rid in ("extraction", "linkgen")
+        ),
+        "the standing built-ins to show as not installed here",
+    )
+    tone, lines = wait_for(
+        browser,
+        lambda b: (c := card_lines(b, "h-markers"))[1][1:2] == ["0"] and c,
+        "the markers card to count no alarm",
+    )
+    assert "good" in tone.split()
+    assert lines[2] == "4 built-ins not installed here (expected)"
+
+    # A trigger of the user's that can never fire is an alarm.
+    put(
+        devserver.url,
+        "never",
+        kind="cron",
+        spec={"cron": "0 0 30 2 *"},
+        program="test:echo@v1",
+        owner=devserver.peers[0],
+    )
+    tone, lines = wait_for(
+        browser,
+        lambda b: (c := card_lines(b, "h-markers"))[1][1:2] == ["1"] and c,
+        "the markers card to count the trigger that can never fire",
+    )
+    assert "bad" in tone.split()
+    assert lines[2] == "1 invalid_spec, 4 built-ins not installed here (expected)"
+
+
+def test_enable_after_a_trip_keeps_the_last_status(
+    browser: WebDriver, served: ServeProcess, devserver: DevserverProcess
+) -> None:
+    # As the breaker leaves a record: three failed runs, the last one a minute ago.
+    put(
+        devserver.url,
+        "tripped",
+        kind="cron",
+        spec={"every_s": 3600},
+        program="test:echo@v1",
+        owner=devserver.peers[0],
+        enabled=False,
+        lastStatus=LastStatus.AUTO_DISABLED,
+        consecutiveFailures=3,
+        runCount=3,
+        lastRunAt=time.time() - 60,
+    )
+    open_page(browser, served)
+    wait_for(
+        browser,
+        lambda b: row_state(b, "tripped") == TriggerState.AUTO_DISABLED,
+        "tripped to show as auto-disabled",
+    )
+    tr = row(browser, "tripped")
+    assert tr is not None
+    toggle = tr.find_element(By.CSS_SELECTOR, "button.toggle")
+    assert toggle.text == "enable"
+    toggle.click()
+    wait_for(
+        browser,
+        lambda b: row_state(b, "tripped") == TriggerState.SCHEDULED,
+        "tripped to show as enabled",
+    )
+    last = wait_for(
+        browser,
+        lambda b: (
+            (tr := row(b, "tripped")) is not None
+            and tr.find_element(By.CSS_SELECTOR, "td.last").text
+        ),
+        "the last status cell",
+    )
+    assert last.splitlines()[0] == LastStatus.ERROR, last
+    assert "never ran" not in last
+    rec = record(devserver.url, "tripped")
+    assert rec["lastStatus"] == LastStatus.ERROR and rec["consecutiveFailures"] == 0
 
 
 def test_the_page_under_a_foreign_host_is_refused(browser: WebDriver, served: ServeProcess) -> None:

@@ -19,11 +19,11 @@ from anyrtd.cli.runs import runs
 from anyrtd.cli.schedule import schedule
 from anyrtd.cli.serve import db, dev, serve
 from anyrtd.cli.service import service
-from anyrtd.cli.shared import Shared, shared_options
+from anyrtd.cli.shared import EscapingGroup, Shared, shared_options
 from anyrtd.cli.triggers import triggers
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=EscapingGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="anyrtd")
 @shared_options
 @click.pass_context

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from anyrtd.cli import format as fmt
+from anyrtd.cli.shared import echo
 from anyrtd.config import Config
 from anyrtd.vocab import Kind, is_unassigned
 
@@ -153,11 +154,11 @@ async def event_source(records: Records, spec: Any) -> list[str]:
 def confirm(warnings: list[str], notes: list[str], yes: bool) -> None:
     """Print the warnings and notes; go on only with a yes (asked on a terminal, or --yes)."""
     for note in notes:
-        click.echo(f"note: {note}", err=True)
+        echo(f"note: {note}", err=True)
     if not warnings:
         return
     for warning in warnings:
-        click.echo(f"warning: {warning}", err=True)
+        echo(f"warning: {warning}", err=True)
     if yes:
         return
     if not sys.stdin.isatty():

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from anyrtd.cli import format as fmt
-from anyrtd.cli.shared import client_command, control, emit_json, json_option, on_server
+from anyrtd.cli.shared import client_command, control, echo, emit_json, json_option, on_server
 from anyrtd.config import Config
 from anyrtd.vocab import Verdict
 
@@ -28,10 +28,10 @@ def election(config: Config, as_json: bool) -> None:
         return
     verdict = body.get("verdict") or (Verdict.ACTIVE if body.get("active") else Verdict.STANDBY)
     state = "on" if body.get("enabled") else "off (single-device: always active)"
-    click.echo(f"this device: {body.get('peerId')}")
-    click.echo(f"verdict:     {verdict}")
-    click.echo(f"winner:      {body.get('winner') or '(none)'}")
-    click.echo(f"election:    {state}")
+    echo(f"this device: {fmt.field(body.get('peerId'))}")
+    echo(f"verdict:     {fmt.field(verdict)}")
+    echo(f"winner:      {fmt.field(body.get('winner') or '(none)')}")
+    echo(f"election:    {state}")
 
 
 @click.group()
@@ -85,7 +85,7 @@ def devices_list(config: Config, as_json: bool) -> None:
         claim = d.apps.get(APP)
         version = claim.get("version", "-") if isinstance(claim, Mapping) else "-"
         rows.append([d.peer_id, d.name or "-", d.os or "-", str(version), ", ".join(marks)])
-    click.echo(fmt.table(["PEER", "NAME", "OS", APP.upper(), ""], rows))
+    echo(fmt.table(["PEER", "NAME", "OS", APP.upper(), ""], rows))
 
 
 @devices.command("activate")
@@ -105,7 +105,7 @@ def devices_activate(config: Config, app: str | None) -> None:
         return await records.client.activate(slug)
 
     row = on_server(config, work)
-    click.echo(
+    echo(
         f"{row.peer_id} now holds the newest claim for {slug!r}; "
         "the daemons follow within one election poll"
     )

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from anyrtd.cli.shared import echo
 from anyrtd.config import default_state_dir
 
 LINE = "anyrtd devserver: device {index} {peer} {url}"
@@ -121,7 +122,7 @@ async def _serve(
     )
     try:
         for index, (peer, url) in enumerate(zip(server.peers, server.urls, strict=True), 1):
-            click.echo(LINE.format(index=index, peer=peer, url=url))
+            echo(LINE.format(index=index, peer=peer, url=url))
         sys.stdout.flush()
         mode = f"replicated, sync delay {sync_delay}s" if replicated else "one shared store"
         logging.getLogger("anyrtd.devserver").info("serving %s (%s); stop with Ctrl-C", path, mode)

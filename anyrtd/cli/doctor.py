@@ -6,7 +6,8 @@ import time
 
 import click
 
-from anyrtd.cli.shared import client_command, emit_json, json_option
+from anyrtd.cli import format as fmt
+from anyrtd.cli.shared import client_command, echo, emit_json, json_option
 from anyrtd.config import Config
 
 
@@ -26,8 +27,8 @@ def doctor(config: Config, as_json: bool) -> None:
         colours = {"ok": "green", "warn": "yellow", "fail": "red", "skip": None}
         for c in checks:
             mark = click.style(c.status.ljust(4), fg=colours.get(c.status))
-            click.echo(f"{mark}  {c.name.ljust(8)} {c.detail}")
+            echo(f"  {c.name.ljust(8)} {fmt.field(c.detail)}", raw_prefix=mark)
             if c.fix and c.status in ("warn", "fail"):
-                click.echo(f"{'':14} fix: {c.fix}")
+                echo(f"{'':14} fix: {fmt.field(c.fix)}")
     if any(c.status == "fail" for c in checks):
         raise SystemExit(1)

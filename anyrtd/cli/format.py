@@ -1,4 +1,7 @@
-"""Text for the terminal: tables, times, schedules. Pure: `now` is passed in."""
+"""Text for the terminal: tables, times, schedules. Pure: `now` is passed in.
+
+Each cell of a table and each value of a `key: value` listing is one line: its control
+characters, newlines and tabs included, are escaped (`field`, `anyrtd.escape`)."""
 
 from __future__ import annotations
 
@@ -8,11 +11,13 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, tzinfo
 from typing import Any
 
+from anyrtd.escape import printable, printable_json
 from anyrtd.vocab import Kind, is_stamp, is_unassigned
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Return rows as aligned columns under their headers."""
+    """Return rows as aligned columns under their headers, each cell on one line."""
+    rows = [[field(cell) for cell in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in rows:
         widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
@@ -58,10 +63,15 @@ def lateness(started: Any, scheduled: Any) -> str:
     if not _number(started) or not _number(scheduled):
         return ""
     late = started - scheduled
-    sign = "-" if late < 0 else ""
-    late = abs(late)
+    text = _span(abs(late))
+    # Signed after rounding: a start 0.3 ms early shows `0ms`, not `-0ms`.
+    return "-" + text if late < 0 and any(c in "123456789" for c in text) else text
+
+
+def _span(late: float) -> str:
+    """Return a non-negative number of seconds as `250ms`, `12.5s` or `3h 2m`."""
     if late < 60:
-        return sign + duration(late * 1000)
+        return duration(late * 1000)
     parts: list[str] = []
     for size, unit in ((86400, "d"), (3600, "h"), (60, "m"), (1, "s")):
         if late >= size or parts:
@@ -69,7 +79,7 @@ def lateness(started: Any, scheduled: Any) -> str:
             late %= size
         if len(parts) == 2:
             break
-    return sign + " ".join(parts)
+    return " ".join(parts)
 
 
 def relative(delta: float) -> str:
@@ -141,4 +151,11 @@ def owner_line(value: Any, me: str | None) -> str:
 
 def compact(value: Any) -> str:
     """Return JSON on one line."""
-    return json.dumps(value, separators=(", ", ": "), ensure_ascii=False, sort_keys=True)
+    text = json.dumps(value, separators=(", ", ": "), ensure_ascii=False, sort_keys=True)
+    return printable_json(text)
+
+
+def field(value: Any) -> str:
+    """Return a value for one cell or one `key: value` line: its control characters,
+    newlines and tabs escaped (`\\x1b`, `\\n`, `\\u202e`)."""
+    return printable(str(value))

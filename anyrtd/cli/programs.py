@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from anyrtd.cli import format as fmt
-from anyrtd.cli.shared import emit_json, json_option, pass_config
+from anyrtd.cli.shared import echo, emit_json, json_option, pass_config
 from anyrtd.config import Config
 
 if TYPE_CHECKING:
@@ -160,7 +160,7 @@ def programs_list(config: Config, as_json: bool) -> None:
                 where,
             ]
         )
-    click.echo(fmt.table(["PROGRAM", "SOURCE", "RUNS HERE", "FROM"], table))
+    echo(fmt.table(["PROGRAM", "SOURCE", "RUNS HERE", "FROM"], table))
     if not config.programs:
         where = str(config.source or "the config file")
-        click.echo(f'\nno [programs."…"] table in {where}: no declared commands')
+        echo(f'\nno [programs."…"] table in {where}: no declared commands')

@@ -14,6 +14,7 @@ from anyrtd.cli.shared import (
     complete_run,
     complete_trigger,
     control,
+    echo,
     emit_json,
     json_option,
     one_line,
@@ -71,11 +72,11 @@ def runs_list(
     if as_json:
         emit_json(items)
         if note is not None and source == HistorySource.MIRROR:
-            click.echo(note, err=True)
+            echo(note, err=True)
         return
-    click.echo(runs_table(items, time.time()) if items else "no runs")
+    echo(runs_table(items, time.time()) if items else "no runs")
     if note is not None:
-        click.echo(f"({note})")  # after the table, whose first line stays its header
+        echo(f"({note})")  # after the table, whose first line stays its header
 
 
 def source_note(source: str | None) -> str:
@@ -107,15 +108,15 @@ def print_run(run: Mapping[str, Any]) -> None:
         lines.append(("title", run["title"]))
     width = max(len(k) for k, _ in lines) + 1
     for key, value in lines:
-        click.echo(f"{(key + ':').ljust(width)} {value}")
+        echo(f"{(key + ':').ljust(width)} {fmt.field(value)}")
     output = run.get("output")
     if output:
-        click.echo("output:")
-        click.echo(str(output).rstrip("\n"))
+        echo("output:")
+        echo(str(output).rstrip("\n"))
         if run.get("outputDropped"):
-            click.echo(f"[{run['outputDropped']} more bytes dropped]")
+            echo(f"[{run['outputDropped']} more bytes dropped]")
     elif output is not None:
-        click.echo("output:   (none)")
+        echo("output:   (none)")
 
 
 @runs.command("show")

@@ -17,7 +17,7 @@ import click
 
 from anyrtd.cli import format as fmt
 from anyrtd.cli.caution import schedule_warnings
-from anyrtd.cli.shared import emit_json, json_option
+from anyrtd.cli.shared import echo, emit_json, json_option
 from anyrtd.cli.triggers import parse_at, spec_number
 from anyrtd.vocab import Kind
 
@@ -135,7 +135,7 @@ def schedule_preview(
         )
         return
     for warning in warnings:
-        click.echo(f"warning: {warning}", err=True)
+        echo(f"warning: {warning}", err=True)
     if "cron" in body:
         what = f'cron "{body["cron"]}"'
     elif "every_s" in body:
@@ -145,14 +145,14 @@ def schedule_preview(
     if not fires:
         raise click.ClickException(f"{what} has no fire time after now")
     many = f"the next {len(fires)} fire times" if len(fires) > 1 else "its fire time"
-    click.echo(f"{what}, in {zone_name}: {many}")
+    echo(f"{what}, in {zone_name}: {many}")
     for ts in fires:
         line = f"  {fmt.zoned(ts, zone)}  ({fmt.relative(ts - now)})"
         here = fmt.clock(ts)
         if zone is not None and fmt.zoned(ts, zone)[4:23] != here[:19]:
             line += f"  = {here} here"
-        click.echo(line)
+        echo(line)
     if "every_s" in body:
-        click.echo("  (the daemon counts from when it arms the trigger: adoption or an edit)")
+        echo("  (the daemon counts from when it arms the trigger: adoption or an edit)")
     if past:
-        click.echo("  (in the past: written now, the once fires at once, on the next tick)")
+        echo("  (in the past: written now, the once fires at once, on the next tick)")

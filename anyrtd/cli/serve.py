@@ -18,8 +18,10 @@ import click
 
 from anyrtd.address import TcpAddress
 from anyrtd.cli.shared import (
+    CONFIG_OPTION,
     LISTEN_OPTION,
     SPACE_OPTION,
+    echo,
     pass_config,
     shared,
     shared_option,
@@ -115,9 +117,9 @@ def db_upgrade(config: Config) -> None:
         finally:
             mirror.close()
     if before == head:
-        click.echo(f"{path}: already at {head}")
+        echo(f"{path}: already at {head}")
     else:
-        click.echo(f"{path}: upgraded {before or 'empty'} -> {head}")
+        echo(f"{path}: upgraded {before or 'empty'} -> {head}")
 
 
 @db.command("current")
@@ -149,7 +151,7 @@ def db_current(config: Config) -> None:
                 state = str(exc)
         finally:
             mirror.close()
-    click.echo(f"{path}: {current or 'empty'} (head {head}, {state})")
+    echo(f"{path}: {current or 'empty'} (head {head}, {state})")
 
 
 @db.command("rebuild")
@@ -164,7 +166,7 @@ def db_rebuild(config: Config) -> None:
 
     hold(config)  # not under a running daemon
     with mirror_faults(config.mirror_path):
-        click.echo(rebuild(config.mirror_path, "asked by `anyrtd db rebuild`"))
+        echo(rebuild(config.mirror_path, "asked by `anyrtd db rebuild`"))
 
 
 def hold(config: Config) -> None:
@@ -200,6 +202,7 @@ def mirror_faults(path: Path) -> Iterator[None]:
 
 
 @click.command()
+@CONFIG_OPTION
 @shared_option(
     "--state-dir",
     name="state_dir",
@@ -231,7 +234,7 @@ def dev(port: int, tick_s: str | None, no_sample: bool, log_level: str) -> None:
     invoked = invocation()
 
     def ready(what: DevReady) -> None:
-        click.echo(how_to(what, invoked))
+        echo(how_to(what, invoked))
 
     async def main() -> None:
 

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from anyrtd.cli.shared import echo
+
 if TYPE_CHECKING:
     from anyrtd.service_files import Installation, LaunchdTarget, SystemdTarget
 
@@ -36,7 +38,7 @@ class Steps:
         self.dry_run = dry_run
 
     def say(self, line: str) -> None:
-        click.echo(line)
+        echo(line)
 
     def put(self, path: Path, text: str, *, keep: bool = False, what: str = "") -> bool:
         """Write `text` to `path` (0644) unless it holds it already, or exists and `keep`."""

@@ -21,6 +21,7 @@ import click
 from click.shell_completion import CompletionItem
 
 from anyrtd.config import Config, ConfigError, load_config
+from anyrtd.escape import printable, printable_json
 
 if TYPE_CHECKING:
     from anyrtd.cli.control import ControlClient
@@ -165,8 +166,31 @@ def failure(exc: Exception, config: Config) -> str | None:
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON (stable keys).")
 
 
+def echo(text: str = "", *, err: bool = False, raw_prefix: str = "") -> None:
+    """Print `text` (on stderr with `err`), every control character escaped but its
+    newlines and tabs: what the command line prints quotes synced data (ids, names, run
+    output), which must not drive the terminal. `raw_prefix` is a control sequence of our
+    own (a colour, a screen clear), written before it as it is."""
+    click.echo(raw_prefix + printable(text, lines=True), err=err)
+
+
+class EscapingGroup(click.Group):
+    """A group whose commands' error messages are escaped as `echo` escapes: they may quote
+    synced data (an id, a name) the control API or the server sent back."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.ClickException as exc:
+            # The same error (its class, status and usage hint), its message escaped; click's
+            # stubs call `message` final, so the instance's own attribute is replaced.
+            vars(exc)["message"] = printable(exc.message, lines=True)
+            raise
+
+
 def emit_json(value: Any) -> None:
-    click.echo(json.dumps(value, indent=2, ensure_ascii=False))
+    """Print `value` as JSON, with the characters `echo` escapes as JSON escapes."""
+    click.echo(printable_json(json.dumps(value, indent=2, ensure_ascii=False)))
 
 
 def path_id(value: str) -> str:

@@ -28,6 +28,7 @@ from anyrtd.cli.shared import (
     client_command,
     complete_trigger,
     control,
+    echo,
     emit_json,
     json_option,
     on_server,
@@ -145,9 +146,9 @@ def _watch(config: Config, everything: bool, sort: str, every: float) -> None:
                 stamp = fmt.clock(time.time())
                 head = f"every {every:g}s, Ctrl-C stops; {stamp}"
                 if tty:
-                    click.echo(CLEAR + head + "\n\n" + body)
+                    echo(head + "\n\n" + body, raw_prefix=CLEAR)
                 else:
-                    click.echo(head + "\n" + body + "\n")
+                    echo(head + "\n" + body + "\n")
                 time.sleep(every)
     except KeyboardInterrupt:
         return
@@ -185,7 +186,7 @@ def triggers_list(
         if as_json:
             emit_json(ctl.get("/triggers", all="true" if everything else None))
             return
-        click.echo(_listing(ctl, everything, sort))
+        echo(_listing(ctl, everything, sort))
 
 
 @triggers.command("show")
@@ -235,12 +236,12 @@ def triggers_show(config: Config, trigger_id: str, as_json: bool) -> None:
     lines.append(("next fires", fmt.when(fires[0], now) if fires else "-"))
     width = max(len(k) for k, _ in lines) + 1
     for key, value in lines:
-        click.echo(f"{(key + ':').ljust(width)} {value}")
+        echo(f"{(key + ':').ljust(width)} {fmt.field(value)}")
     for at in fires[1:]:
-        click.echo(f"{''.ljust(width)} {fmt.when(at, now)}")
-    click.echo("")
-    click.echo(f"recent {source_note(source)}:")
-    click.echo(runs_table(runs[:10], now) if runs else "none yet")
+        echo(f"{''.ljust(width)} {fmt.when(at, now)}")
+    echo("")
+    echo(f"recent {source_note(source)}:")
+    echo(runs_table(runs[:10], now) if runs else "none yet")
 
 
 @triggers.command("why")
@@ -255,14 +256,14 @@ def triggers_why(config: Config, trigger_id: str, as_json: bool) -> None:
     if as_json:
         emit_json(answer)
     else:
-        click.echo(why_text(answer, me, time.time()))
+        echo(why_text(answer, me, time.time()))
     if any(r.get("cause") == Cause.UNKNOWN for r in answer.get("reasons", [])):
         raise SystemExit(1)  # no such trigger: as `show` does, say so in the exit status
 
 
 def why_text(answer: Mapping[str, Any], me: str | None, now: float) -> str:
     """Return the answer of `triggers why`: the verdict, the reasons in order, the notes."""
-    tid, device = answer["id"], answer.get("device")
+    tid, device = fmt.field(answer["id"]), answer.get("device")
     fires = answer.get("nextFires") or []
     blocking = [r for r in answer.get("reasons", []) if r.get("blocking")]
     notes = [r for r in answer.get("reasons", []) if not r.get("blocking")]
@@ -272,7 +273,7 @@ def why_text(answer: Mapping[str, Any], me: str | None, now: float) -> str:
     else:
         head = f"{tid} will not fire on {here}"
         if device:
-            head += f"; it fires on {device}"
+            head += f"; it fires on {fmt.field(device)}"
     if fires:
         head += f": next {fmt.when(fires[0], now)}"
     lines = [head + ("" if blocking else ".")]
@@ -292,7 +293,7 @@ def why_text(answer: Mapping[str, Any], me: str | None, now: float) -> str:
 
 def _reason_lines(bullet: str, reason: Mapping[str, Any]) -> list[str]:
     pad = " " * (len(bullet) + 1)
-    lines = [f"{bullet} {reason.get('text')}"]
+    lines = [f"{bullet} {fmt.field(reason.get('text'))}"]
     facts = {k: v for k, v in (reason.get("facts") or {}).items() if v not in (None, [], {})}
     errors = facts.pop("lastErrors", None)
     if facts:
@@ -302,7 +303,7 @@ def _reason_lines(bullet: str, reason: Mapping[str, Any]) -> list[str]:
         at = fmt.clock(error.get("startedAt"))
         lines.append(f"{pad}error: run {error.get('runId')} at {at}: {text}")
     if reason.get("fix"):
-        lines.append(f"{pad}fix:  {reason['fix']}")
+        lines.append(f"{pad}fix:  {fmt.field(reason['fix'])}")
     return lines
 
 
@@ -551,7 +552,7 @@ def triggers_create(
         emit_json({"id": rid, **written})
         return
     what = fmt.schedule(written.get("kind"), written.get("spec"))
-    click.echo(f"created {rid} ({written['kind']}, {what}); {_adopt_hint(written['owner'])}")
+    echo(f"created {fmt.field(rid)} ({written['kind']}, {what}); {_adopt_hint(written['owner'])}")
 
 
 def _rearm(before: Mapping[str, Any], fields: dict[str, Any]) -> None:
@@ -629,7 +630,7 @@ def triggers_edit(
         emit_json({"id": trigger_id, "set": changed, "unset": unset_fields_list})
         return
     names = ", ".join(sorted(changed) + [f"-{k}" for k in unset_fields_list])
-    click.echo(f"updated {trigger_id} ({names}); the owning device applies it within one tick")
+    echo(f"updated {fmt.field(trigger_id)} ({names}); the owning device applies it within one tick")
 
 
 @dataclass
@@ -773,7 +774,7 @@ def triggers_apply(
             notes += [f"{item.id}: {n}" for n in also]
         if not as_json:
             for item in plan:
-                click.echo("\n".join(item.lines()))
+                echo("\n".join(item.lines()))
         if dry_run:
             confirm(warnings, notes, yes=True)  # said, not asked: nothing is written
             return plan
@@ -791,26 +792,37 @@ def triggers_apply(
         return
     counts = {a: sum(1 for p in plan if p.action == a) for a in ("create", "update", "unchanged")}
     if dry_run:
-        click.echo(
+        echo(
             f"dry run: {counts['create']} to create, {counts['update']} to update, "
             f"{counts['unchanged']} unchanged; nothing was written"
         )
     elif counts["create"] or counts["update"]:
-        click.echo(
+        echo(
             f"applied: {counts['create']} created, {counts['update']} updated, "
             f"{counts['unchanged']} unchanged; the owning devices pick it up within one tick"
         )
     else:
-        click.echo(f"nothing to change: {counts['unchanged']} unchanged")
+        echo(f"nothing to change: {counts['unchanged']} unchanged")
 
 
-def state_line(t: Mapping[str, Any], now: float) -> str:
-    """Return `ID: enabled (scheduled), next fire …`; the state only where it adds a word."""
+def state_line(t: Mapping[str, Any], now: float, asked: bool | None = None) -> str:
+    """Return `ID: enabled (scheduled), next fire …`; the state only where it adds a word.
+
+    With `asked` (the switch just written to the record), a device that has not applied it
+    yet says when it will, rather than the state it is leaving: a claim in flight applies
+    the record's `enabled` once it is confirmed."""
     switch = "enabled" if t.get("enabled") else "disabled"
     state = t.get("state")
+    if asked is not None and bool(t.get("enabled")) != asked:
+        want = "enabled" if asked else "disabled"
+        if state == TriggerState.CLAIMING:
+            when = "once this device's claim on it is confirmed (within a few ticks)"
+        else:
+            when = f"when this device applies the record (now {state})"
+        return f"{fmt.field(t['id'])}: {want} in its record; {want} here {when}"
     said = f" ({state})" if state and state != switch and state != TriggerState.DISABLED else ""
     extra = f", next fire {fmt.when(t['nextFire'], now)}" if t.get("nextFire") else ""
-    return f"{t['id']}: {switch}{said}{extra}"
+    return f"{fmt.field(t['id'])}: {switch}{said}{extra}"
 
 
 @triggers.command("enable")
@@ -837,7 +849,7 @@ def _switch(config: Config, trigger_id: str, verb: str, as_json: bool) -> None:
     if as_json:
         emit_json(trigger)
     else:
-        click.echo(state_line(trigger, time.time()))
+        echo(state_line(trigger, time.time(), asked=verb == "enable"))
 
 
 @triggers.command("pin")
@@ -855,7 +867,7 @@ def triggers_pin(config: Config, trigger_id: str, peer: str, force: bool) -> Non
         return owner
 
     owner = on_server(config, work)
-    click.echo(f"pinned {trigger_id} to {owner}; {_adopt_hint(owner)}")
+    echo(f"pinned {fmt.field(trigger_id)} to {fmt.field(owner)}; {_adopt_hint(owner)}")
 
 
 @triggers.command("unpin")
@@ -864,7 +876,7 @@ def triggers_pin(config: Config, trigger_id: str, peer: str, force: bool) -> Non
 def triggers_unpin(config: Config, trigger_id: str) -> None:
     """Clear a trigger's pin: the device active now claims it."""
     on_server(config, lambda records: records.update(trigger_id, {"owner": ""}))
-    click.echo(f"unpinned {trigger_id}; {_adopt_hint('')}")
+    echo(f"unpinned {fmt.field(trigger_id)}; {_adopt_hint('')}")
 
 
 @triggers.command("run")
@@ -886,7 +898,9 @@ def triggers_run(
             if as_json:
                 emit_json(started)
             else:
-                click.echo(f"started run {run_id} of {trigger_id}: `anyrtd runs show {run_id}`")
+                echo(
+                    f"started run {run_id} of {fmt.field(trigger_id)}: `anyrtd runs show {run_id}`"
+                )
             return
         deadline = time.monotonic() + timeout
         while True:
@@ -921,4 +935,4 @@ def triggers_delete(config: Config, trigger_id: str, yes: bool) -> None:
             f"delete {trigger_id}? its id cannot be reused afterwards", abort=True, err=True
         )
     on_server(config, lambda records: records.delete(trigger_id))
-    click.echo(f"deleted {trigger_id}; every device evicts it within one tick")
+    echo(f"deleted {fmt.field(trigger_id)}; every device evicts it within one tick")

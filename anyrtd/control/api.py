@@ -251,8 +251,11 @@ def _enable_fields(facts: TriggerFacts) -> tuple[dict[str, Any], list[str]]:
         last_status = parsed.rollup.last_status
     else:
         last_status = (facts.raw or {}).get(RollupField.LAST_STATUS)
-    unset: list[str] = [RollupField.LAST_STATUS] if last_status == LastStatus.AUTO_DISABLED else []
-    return {"enabled": True, RollupField.CONSECUTIVE_FAILURES: 0}, unset
+    fields: dict[str, Any] = {"enabled": True, RollupField.CONSECUTIVE_FAILURES: 0}
+    if last_status == LastStatus.AUTO_DISABLED:
+        # The breaker tripped on a failed run: the trip goes, that run's status stays.
+        fields[RollupField.LAST_STATUS] = LastStatus.ERROR
+    return fields, []
 
 
 # --------------------------------------------------------------------------- triggers

@@ -17,6 +17,7 @@ from typing import Any
 from aiohttp import web
 
 from anyrtd.control.guard import public
+from anyrtd.model import STANDING_BUILTINS
 from anyrtd.vocab import STAMP_PREFIX, LastStatus, Marker, RunStatus, TriggerState, Verdict
 
 STATIC = resources.files("anyrtd.control").joinpath("static")
@@ -48,6 +49,7 @@ def vocabulary() -> dict[str, Any]:
     enums = (RunStatus, Marker, LastStatus, Verdict, TriggerState)
     words: dict[str, Any] = {e.__name__: {m.name: m.value for m in e} for e in enums}
     words["stampPrefix"] = STAMP_PREFIX
+    words["standingBuiltins"] = sorted(STANDING_BUILTINS)
     return words
 
 

@@ -238,6 +238,13 @@ async function loadWords() {
     return run.startedAt - run.scheduledAt;
   }
 
+  // Signed after rounding: a start 0.3 ms early reads `0.000 s`, never `-0.000 s`.
+  function lateText(late, plus) {
+    const text = Math.abs(late).toFixed(3);
+    const sign = /[1-9]/.test(text) ? (late < 0 ? "-" : plus ? "+" : "") : "";
+    return `${sign}${text} s`;
+  }
+
   function scheduleText(t) {
     const spec = t.spec;
     if (!spec || typeof spec !== "object") return t.kind || "?";
@@ -311,7 +318,7 @@ async function loadWords() {
       });
       const late = lateness(run);
       const parts = [`${run.runId}: ${status}`, `started ${when(run.startedAt)}`, `took ${duration(run.durationMs)}`];
-      if (late !== null) parts.push(`scheduled ${when(run.scheduledAt)} (${late >= 0 ? "+" : ""}${late.toFixed(3)} s)`);
+      if (late !== null) parts.push(`scheduled ${when(run.scheduledAt)} (${lateText(late, true)})`);
       else parts.push("manual run");
       if (run.error) parts.push(run.error);
       bar.append(svg("title", {}, parts.join("\n")));
@@ -349,10 +356,17 @@ async function loadWords() {
 
   function renderHealth(d) {
     const h = d.health || {};
-    const marked = d.triggers.filter((t) => t.adopted && t.marker);
+    // A standing built-in whose program is not installed here is expected (anyrtd ships
+    // two of the six): listed as such, not an alarm. Any other marker is one.
+    const expected = (t) => t.marker === W.Marker.NOT_INSTALLED && W.standingBuiltins.includes(t.id);
+    const held = d.triggers.filter((t) => t.adopted && t.marker);
+    const marked = held.filter((t) => !expected(t));
+    const resting = held.length - marked.length;
     const markers = marked.length;
     const byMarker = MARKERS.map((m) => [m, marked.filter((t) => t.marker === m).length]);
-    const markerNote = byMarker.filter(([, n]) => n).map(([m, n]) => `${n} ${m}`).join(", ");
+    const restingNote = resting ? `${resting} built-ins not installed here (expected)` : "";
+    const markerNote = [...byMarker.filter(([, n]) => n).map(([m, n]) => `${n} ${m}`), restingNote]
+      .filter(Boolean).join(", ");
     const auto = d.triggers.filter((t) => t.state === STATE.AUTO_DISABLED).length;
     const malformed = d.triggers.filter((t) => t.state === STATE.MALFORMED).length;
     const tick = h.lastTickAgeS === null || h.lastTickAgeS === undefined ? "no tick yet" : `last tick ${h.lastTickAgeS.toFixed(1)} s ago`;
@@ -450,7 +464,7 @@ async function loadWords() {
         t.nextFire === null ? el("span", { class: "muted" }, "—")
           : [when(t.nextFire), el("span", { class: "sub" }, ago(t.nextFire - now))]);
       fill(row, "last", `${t.lastStatus}|${t.lastRunAt}|${t.consecutiveFailures}|${Math.round(now - (t.lastRunAt ?? now))}`, () =>
-        t.lastStatus === null ? el("span", { class: "muted" }, "never ran")
+        t.lastStatus === null ? el("span", { class: "muted" }, t.runCount || t.lastRunAt ? "—" : "never ran")
           : [badge(t.lastStatus), el("span", { class: "sub" },
             (t.lastRunAt ? ago(t.lastRunAt - now) : "") + (t.consecutiveFailures ? ` · ${t.consecutiveFailures} failures in a row` : ""))]);
       fill(row, "owner", `${t.owner}|${me}|${winner}`, () => {
@@ -522,7 +536,7 @@ async function loadWords() {
           el("td", {}, el("code", {}, r.runId)),
           el("td", {}, r.scheduledAt === null ? "manual" : when(r.scheduledAt)),
           el("td", {}, when(r.startedAt)),
-          el("td", {}, late === null ? "—" : `${late.toFixed(3)} s`),
+          el("td", {}, late === null ? "—" : lateText(late, false)),
           el("td", {}, r.status === W.RunStatus.RUNNING ? r.status : duration(r.durationMs)),
           el("td", {}, badge(r.status)),
           el("td", { class: "error" }, r.error || ""));
