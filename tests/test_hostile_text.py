@@ -32,7 +32,8 @@ ATTACK = (
 )
 FORGED = "2026-12-02T00:00:00.000+00:00 INFO anyrtd.daemon: forged"
 HOSTILE_ID = "evil" + ATTACK + "\n" + FORGED
-"""An id no door refuses when it is written straight to the server (argv takes no NUL)."""
+"""An id written straight to the server, past every door (argv takes no NUL): the daemon
+skips its record as malformed, and says so in one escaped log line."""
 HOSTILE_NAME = "name" + ATTACK + "\x00\r\n" + FORGED
 HOSTILE_OUTPUT = "out" + ATTACK + "\x00 cr\r\n" + FORGED + "\nthe end\n"
 PLAIN_ID = "plain-hostile"
@@ -101,12 +102,16 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             },
         )
         stack = Stack(devserver, served)
-        for rid in (PLAIN_ID, HOSTILE_ID):
-            wait_until(
-                lambda rid=rid: [r for r in stack.runs(rid) if r["status"] != "running"],
-                timeout=30,
-                what=f"an ended run of {rid!r}",
-            )
+        wait_until(
+            lambda: [r for r in stack.runs(PLAIN_ID) if r["status"] != "running"],
+            timeout=30,
+            what=f"an ended run of {PLAIN_ID!r}",
+        )
+        wait_until(
+            lambda: b"skipped malformed record evil" in served.log.read_bytes(),
+            timeout=30,
+            what="the malformed record of the hostile id logged",
+        )
         yield stack
     finally:
         served.stop()
@@ -167,6 +172,6 @@ def test_no_control_character_reaches_the_log(stack: Stack) -> None:
     assert raw_bytes(log) == []
     lines = log.decode().splitlines()
     assert not [line for line in lines if line.startswith(FORGED[:20])]
-    firing = [line for line in lines if "firing evil" in line]
-    assert firing, "the daemon logged no firing of the hostile id"
-    assert all("evil\\x1b[2J" in line and "\\n" + FORGED in line for line in firing)
+    skipped = [line for line in lines if "skipped malformed record evil" in line]
+    assert skipped, "the daemon logged no skip of the hostile id"
+    assert all("evil\\x1b[2J" in line and "\\n" + FORGED in line for line in skipped)
