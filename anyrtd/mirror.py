@@ -185,7 +185,7 @@ def _dumps(value: Any) -> str:
 
 
 SCHEMA_HEAD = "0004"
-"""The schema revision this code works on: the head of anyrtd/migrations (a test holds them
+"""The schema revision this code works on: the head of migrations/ (a test holds them
 equal). A start whose mirror is at it reads the revision without loading Alembic, which
 costs the start about 0.2 s of imports; anything else (a new mirror, an upgrade, a mirror
 at another revision) asks Alembic."""
