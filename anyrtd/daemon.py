@@ -174,7 +174,10 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
 
     async def open(self) -> None:
         """Open the mirror, close runs a crash left open, and restore the registry from it."""
-        db = self.unit.db = AsyncMirror(Mirror(self.config.mirror_path))
+        mirror = Mirror(
+            self.config.mirror_path, runs_kept=lambda: self.config.runs_kept_per_trigger
+        )
+        db = self.unit.db = AsyncMirror(mirror)
         await db.call(lambda m: m.ensure_schema(create=True))
         snap = await db.call(Mirror.snapshot)
         now = self.clock.now()
