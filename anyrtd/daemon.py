@@ -262,7 +262,8 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
                 raise
             except MirrorFault as exc:  # serve stops the process on it: no retry, no traceback
                 self.stats.last_error = str(exc)
-                log.error("loop %s stopped: %s", body.__name__, exc)
+                # A warning: the one error is serve's, as it exits (`anyrtd dev` goes on).
+                log.warning("loop %s stopped: %s", body.__name__, exc)
                 return
             except Exception as exc:
                 self.stats.last_error = f"{exc.__class__.__name__}: {exc}"
