@@ -174,10 +174,8 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
 
     async def open(self) -> None:
         """Open the mirror, close runs a crash left open, and restore the registry from it."""
-        mirror = Mirror(
-            self.config.mirror_path, runs_kept=lambda: self.config.runs_kept_per_trigger
-        )
-        db = self.unit.db = AsyncMirror(mirror)
+        kept = lambda: self.config.runs_kept_per_trigger  # noqa: E731 - read at each commit
+        db = self.unit.db = AsyncMirror(Mirror(self.config.mirror_path, runs_kept=kept))
         await db.call(lambda m: m.ensure_schema(create=True))
         snap = await db.call(Mirror.snapshot)
         now = self.clock.now()
@@ -260,9 +258,8 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
                 await body()
             except asyncio.CancelledError:
                 raise
-            except MirrorFault as exc:  # serve stops the process on it: no retry, no traceback
+            except MirrorFault as exc:  # serve stops on it with the one error: a warning here
                 self.stats.last_error = str(exc)
-                # A warning: the one error is serve's, as it exits (`anyrtd dev` goes on).
                 log.warning("loop %s stopped: %s", body.__name__, exc)
                 return
             except Exception as exc:
