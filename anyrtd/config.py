@@ -43,6 +43,9 @@ class Config:
     grace_s: float = 10.0
     full_resync_s: float = 300.0
     decay_days: float = 30.0
+    runs_kept_per_trigger: int = 1000
+    """How many finished runs of each trigger the mirror keeps, newest first (docs/service.md,
+    "How large the mirror gets"); older ones are pruned in batches as new ones end."""
     takeover_hold_s: float = 60.0
     """The longest a device that gains the active role waits for its predecessor's
     stand-down beat before it claims unassigned triggers (docs/election.md)."""
@@ -88,6 +91,7 @@ _ENV_KEYS = {
     "ANYRTD_LISTEN": "listen",
     "ANYRTD_STATE_DIR": "state_dir",
     "ANYRTD_TICK": "tick_s",
+    "ANYRTD_RUNS_KEPT_PER_TRIGGER": "runs_kept_per_trigger",
 }
 
 
@@ -129,6 +133,7 @@ _SET_BY = {
     "state_dir": ("--state-dir", "ANYRTD_STATE_DIR"),
     "tick_s": ("--tick", "ANYRTD_TICK"),
     "election_poll_s": ("--election-poll", None),
+    "runs_kept_per_trigger": ("--runs-kept-per-trigger", "ANYRTD_RUNS_KEPT_PER_TRIGGER"),
 }
 """The flag and the variable that set a config key, for the messages that name the fix."""
 
@@ -149,6 +154,7 @@ _FLOATS = {
     "decay_days",
     "takeover_hold_s",
 }
+_COUNTS = {"runs_kept_per_trigger"}
 _STRINGS = {"server", "space", "agent_name", "listen"}
 
 
@@ -163,6 +169,8 @@ def _build(values: dict[str, Any], source: Path | None) -> Config:
     for key, raw in values.items():
         if key in _FLOATS:
             out[key] = _positive_float(key, raw)
+        elif key in _COUNTS:
+            out[key] = _positive_count(key, raw)
         elif key in _STRINGS:
             if not isinstance(raw, str) or not raw:
                 raise ConfigError(f"config key {key}: expected a non-empty string, got {raw!r}")
@@ -191,6 +199,23 @@ def _positive_float(key: str, raw: Any) -> float:
             # str(): the same words whether the value came as a flag, a variable or TOML.
             f"config key {key}: must be a number of seconds greater than 0, got {str(raw)!r}; "
             f"give one such as {example:g} ({set_by(key)})"
+        )
+    return value
+
+
+def _positive_count(key: str, raw: Any) -> int:
+    """Return a whole number of at least 1 given as TOML, a variable or a flag."""
+    text = str(raw).strip()
+    value: int | None = None
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        value = raw
+    elif isinstance(raw, str) and text.isascii() and text.isdigit():
+        value = int(text)
+    if value is None or value < 1:
+        example = Config.__dataclass_fields__[key].default
+        raise ConfigError(
+            f"config key {key}: must be a whole number of at least 1, got {text!r}; "
+            f"give one such as {example} ({set_by(key)})"
         )
     return value
 

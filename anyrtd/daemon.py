@@ -174,7 +174,8 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
 
     async def open(self) -> None:
         """Open the mirror, close runs a crash left open, and restore the registry from it."""
-        db = self.unit.db = AsyncMirror(Mirror(self.config.mirror_path))
+        kept = lambda: self.config.runs_kept_per_trigger  # noqa: E731 - read at each commit
+        db = self.unit.db = AsyncMirror(Mirror(self.config.mirror_path, runs_kept=kept))
         await db.call(lambda m: m.ensure_schema(create=True))
         snap = await db.call(Mirror.snapshot)
         now = self.clock.now()
@@ -257,9 +258,9 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
                 await body()
             except asyncio.CancelledError:
                 raise
-            except MirrorFault as exc:  # serve stops the process on it: no retry, no traceback
+            except MirrorFault as exc:  # serve stops on it with the one error: a warning here
                 self.stats.last_error = str(exc)
-                log.error("loop %s stopped: %s", body.__name__, exc)
+                log.warning("loop %s stopped: %s", body.__name__, exc)
                 return
             except Exception as exc:
                 self.stats.last_error = f"{exc.__class__.__name__}: {exc}"

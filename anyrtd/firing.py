@@ -16,7 +16,6 @@ the run record and the trigger's rollup to the outbox.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import functools
 import logging
@@ -33,6 +32,7 @@ from anyrtd.events import ChatMessage
 from anyrtd.heap import collector_held
 from anyrtd.logs import iso_time
 from anyrtd.metrics import Stats
+from anyrtd.mirror_guard import MirrorFault
 from anyrtd.model import TriggerDef
 from anyrtd.program import RunOutcome, RunRequest
 from anyrtd.records import RecordCache
@@ -505,15 +505,21 @@ class Firing:
         finally:
             entry.running -= 1
         self.record_outcome(row, outcome, entry=self.registry.get(entry.id))
-        with contextlib.suppress(CommitFailed):  # kept for the next commit that works
+        unrecorded = ""
+        try:
             await self.unit.commit(self.clock.now())
+        except CommitFailed:  # kept for the next commit that works
+            pass
+        except MirrorFault:  # `anyrtd serve` stops on it and says why, once: only this run's end
+            unrecorded = "; not recorded: the mirror cannot be used (the daemon stops)"
         log.log(
-            logging.WARNING if outcome.status in BREAKER_STATUSES else logging.INFO,
-            "run %s of %s ended %s%s",
+            logging.WARNING if outcome.status in BREAKER_STATUSES or unrecorded else logging.INFO,
+            "run %s of %s ended %s%s%s",
             row.run_id,
             row.trigger_id,
             outcome.status,
             f" ({outcome.error_type}: {outcome.error})" if outcome.error_type else "",
+            unrecorded,
             extra={"trigger": row.trigger_id, "run": row.run_id},
         )
 

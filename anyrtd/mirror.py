@@ -185,7 +185,7 @@ def _dumps(value: Any) -> str:
 
 
 SCHEMA_HEAD = "0004"
-"""The schema revision this code works on: the head of anyrtd/migrations (a test holds them
+"""The schema revision this code works on: the head of migrations/ (a test holds them
 equal). A start whose mirror is at it reads the revision without loading Alembic, which
 costs the start about 0.2 s of imports; anything else (a new mirror, an upgrade, a mirror
 at another revision) asks Alembic."""
@@ -201,11 +201,34 @@ def alembic_config(url: str) -> AlembicConfig:
     return cfg
 
 
-class Mirror:
-    """The SQLite mirror of one daemon; use from one thread (the daemon's db executor)."""
+TRIM_ROWS = 2000
+"""The most run rows one commit deletes to keep triggers to their bound: a mirror far over it
+(one from before the bound, or a bound lowered) comes down over the next commits, never in
+one long transaction."""
 
-    def __init__(self, path: Path) -> None:
+
+def trim_slack(kept: int) -> int:
+    """Return how many runs of a trigger may end beyond `kept` before they are trimmed: a
+    tenth of the bound, so that a trim deletes a batch of rows, not one row per run."""
+    return max(1, kept // 10)
+
+
+class Mirror:
+    """The SQLite mirror of one daemon; use from one thread (the daemon's db executor).
+
+    With `runs_kept` (the `runs_kept_per_trigger` setting, read at each commit), each
+    trigger keeps its newest `runs_kept()` finished runs: once `trim_slack` more of its runs
+    have ended, the commit that comes next deletes the older ones in the same transaction,
+    through the index on (trigger_id, started_at), so no commit scans the table.
+    """
+
+    def __init__(self, path: Path, *, runs_kept: Callable[[], int] | None = None) -> None:
         self.path = path
+        self._runs_kept = runs_kept
+        self._ended: dict[str, int] = {}
+        """Finished runs written per trigger since its runs were last trimmed."""
+        self._trim_due: set[str] = set()
+        """The triggers whose runs the next commit trims to the bound."""
         path.parent.mkdir(parents=True, exist_ok=True)
         self.url = f"sqlite:///{path}"
         self.engine: Engine = create_engine(self.url)
@@ -422,11 +445,17 @@ class Mirror:
             meta = {r.key: r.value for r in conn.execute(select(meta_table))}
             latest = func.max(runs_table.c.scheduled_at)
             fired = conn.execute(
-                select(runs_table.c.trigger_id, latest)
-                .where(runs_table.c.scheduled_at.is_not(None), runs_table.c.trigger_id.is_not(None))
+                select(runs_table.c.trigger_id, latest, func.count())
+                .where(runs_table.c.trigger_id.is_not(None))
                 .group_by(runs_table.c.trigger_id)
             )
-            last_fired = {tid: at for tid, at in fired}
+            kept = self._runs_kept() if self._runs_kept is not None else None
+            last_fired: dict[str, float] = {}
+            for tid, at, count in fired:
+                if at is not None:
+                    last_fired[tid] = at
+                if kept is not None and count > kept:
+                    self._trim_due.add(tid)  # over the bound already: trimmed from the next commit
         return Snapshot(entries, tombs, meta, last_fired)
 
     def record_texts(self, after: str = "", limit: int = 5000) -> list[tuple[str, int | None, str]]:
@@ -525,17 +554,35 @@ class Mirror:
     # writing
 
     def commit(self, batch: Batch, now: float) -> None:
-        """Write a whole batch in one transaction."""
+        """Write a whole batch in one transaction, with the trims of runs that are due."""
         if not batch:
             return
+        kept = self._runs_kept() if self._runs_kept is not None else None
         with self._writing() as conn:
             _write_batch(conn, batch, now)
+            trimmed = _trim_runs(conn, self._trim_due, kept) if kept and self._trim_due else ()
+        if kept:
+            self._count_ended(batch, kept, trimmed)
         if batch.outbox or batch.held:
             self.outbox_queued += 1
         if batch.touches_outbox:
             self.outbox_changes += 1
         if self._unmarked and self.mirror_id is not None:
             self._mark()
+
+    def _count_ended(self, batch: Batch, kept: int, trimmed: Iterable[str]) -> None:
+        """Note the triggers trimmed down to the bound, and count the runs `batch` ended."""
+        for tid in trimmed:
+            self._trim_due.discard(tid)
+            self._ended.pop(tid, None)
+        slack = trim_slack(kept)
+        for run in batch.runs:
+            of = run.trigger_id
+            if of is None or run.status == RunStatus.RUNNING:
+                continue
+            ended = self._ended[of] = self._ended.get(of, 0) + 1
+            if ended >= slack:
+                self._trim_due.add(of)
 
     def ack_outbox(self, seqs: Iterable[int]) -> None:
         seqs = list(seqs)
@@ -664,6 +711,36 @@ def _write_batch(conn: Connection, batch: Batch, now: float) -> None:
         conn.execute(update(outbox_table).where(c.not_before.is_not(None)).values(not_before=None))
     if batch.meta:
         conn.exec_driver_sql(_UPSERT_META, list(batch.meta.items()))
+
+
+_NEWEST_START = (
+    "SELECT started_at FROM runs WHERE trigger_id = ? ORDER BY started_at DESC LIMIT 1 OFFSET ?"
+)
+_TRIM_RUNS = (
+    "DELETE FROM runs WHERE rowid IN (SELECT rowid FROM runs WHERE trigger_id = ? "
+    "AND started_at < ? AND status != ? LIMIT ?)"
+)
+
+
+def _trim_runs(conn: Connection, due: Iterable[str], kept: int) -> list[str]:
+    """Delete the finished runs of the `due` triggers older than each one's newest `kept`, at
+    most `TRIM_ROWS` rows in all; return the triggers brought down to the bound."""
+    done: list[str] = []
+    budget = TRIM_ROWS
+    for tid in sorted(due):
+        if budget <= 0:
+            break
+        # Both statements walk the index on (trigger_id, started_at): the newest `kept`
+        # entries of this trigger, then the rows older than the last of them.
+        cutoff = conn.exec_driver_sql(_NEWEST_START, (tid, kept - 1)).scalar()
+        deleted = 0
+        if cutoff is not None:
+            result = conn.exec_driver_sql(_TRIM_RUNS, (tid, cutoff, RunStatus.RUNNING, budget))
+            deleted = int(result.rowcount or 0)
+        if deleted < budget:
+            done.append(tid)
+        budget -= deleted
+    return done
 
 
 def _last_of(items: Sequence[T], key: Callable[[T], Any]) -> Iterable[T]:

@@ -8,15 +8,17 @@ they go to are worked out. Pure: nothing here writes a file or runs a command.
 
 from __future__ import annotations
 
+import json
 import os
 import plistlib
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 from xml.sax.saxutils import escape
 
 UNIT = "anyrtd.service"
@@ -27,6 +29,17 @@ EXAMPLE_CONFIG = "systemd/anyrtd.toml.example"
 LAUNCH_AGENT = "launchd/LaunchAgents/org.anyrtd.anyrtd.plist"
 LAUNCH_DAEMON = "launchd/LaunchDaemons/org.anyrtd.anyrtd.plist"
 PACKAGED = (SYSTEM_UNIT, USER_UNIT, EXAMPLE_CONFIG, LAUNCH_AGENT, LAUNCH_DAEMON)
+
+SYSTEM_UNIT_PATH = Path("/etc/systemd/system") / UNIT
+SYSTEM_CONFIG_PATH = Path("/etc/anyrtd/anyrtd.toml")
+SYSTEM_STATE_DIR = Path("/var/lib/anyrtd")
+"""Where the system unit's state goes (its StateDirectory=, which anyrtd reads as
+$STATE_DIRECTORY)."""
+COMMAND_LINK = Path("/usr/local/bin/anyrtd")
+"""Where a system install links the `anyrtd` command it runs, so that `anyrtd` (and `sudo
+anyrtd`: /usr/local/bin is in sudo's secure_path) finds the service's installation."""
+ON_PATH = (COMMAND_LINK.parent, Path("/usr/bin"), Path("/bin"))
+"""Directories of the command every PATH has: a command there needs no link."""
 
 HIDDEN = (
     (Path("/root"), "ProtectHome=yes"),
@@ -81,6 +94,71 @@ class Installation:
         places = (program[0], sys.executable, sys.prefix, sys.base_prefix, anyrtd.__file__)
         resolved = dict.fromkeys(Path(os.path.realpath(p)) for p in places if p)
         return cls(program, tuple(resolved))
+
+
+def install_source(direct_url: str | None, exists: Callable[[Path], bool] = Path.exists) -> str:
+    """Return what `pip install` takes to install this anyrtd again, elsewhere.
+
+    `direct_url` is the text of the distribution's `direct_url.json` (PEP 610), which pip
+    writes when it installs from a checkout (`pip install .`, `pip install -e .`) or from a
+    wheel or archive file: that path, when it is still there. Without one, anyrtd came from
+    a package index, under its name.
+    """
+    if direct_url is None:
+        return "anyrtd"
+    try:
+        found = json.loads(direct_url).get("url")
+    except (ValueError, AttributeError):
+        found = None
+    url = found if isinstance(found, str) else ""
+    parts = urlsplit(url)
+    if parts.scheme == "file" and exists(Path(unquote(parts.path))):
+        return unquote(parts.path)
+    if parts.scheme in ("http", "https"):
+        return url
+    return "/path/to/anyrtd (a checkout of anyrtd, or its wheel)"
+
+
+def command_link(installation: Installation) -> Path | None:
+    """Return the `anyrtd` command of `installation` that `COMMAND_LINK` should name, or None
+    when it has none (it runs as `python -m anyrtd`) or lives where every PATH finds it."""
+    if len(installation.program) != 1:
+        return None
+    program = Path(installation.program[0])
+    if program.name != "anyrtd" or program.parent in ON_PATH:
+        return None
+    return program
+
+
+@dataclass(frozen=True)
+class InstalledService:
+    """A systemd service of anyrtd installed here: whose it is, and what it reads."""
+
+    whose: str
+    unit_path: Path
+    config_path: Path
+    state_dir: Path
+
+
+def installed_service(
+    *, root: bool, env: Mapping[str, str], home: Path, exists: Callable[[Path], bool] = Path.exists
+) -> InstalledService | None:
+    """Return the service whose configuration a command of this user should read: as root the
+    system service, else the user's own, else the system's; None when neither is installed."""
+    config_home = _xdg(env, home, "XDG_CONFIG_HOME", ".config")
+    system = InstalledService(
+        "the system service", SYSTEM_UNIT_PATH, SYSTEM_CONFIG_PATH, SYSTEM_STATE_DIR
+    )
+    user = InstalledService(
+        "your user service",
+        config_home / "systemd" / "user" / UNIT,
+        config_home / "anyrtd" / "anyrtd.toml",
+        _xdg(env, home, "XDG_STATE_HOME", ".local/state") / "anyrtd",
+    )
+    for service in (system, user) if root else (user, system):
+        if exists(service.unit_path):
+            return service
+    return None
 
 
 def hidden_place(installation: Installation) -> tuple[Path, Path, str] | None:
@@ -201,11 +279,11 @@ def systemd_target(
     if not user:
         return SystemdTarget(
             user=False,
-            unit_path=Path("/etc/systemd/system") / UNIT,
+            unit_path=SYSTEM_UNIT_PATH,
             unit_text=render_unit(packaged(SYSTEM_UNIT), installation.program),
-            config_path=Path("/etc/anyrtd/anyrtd.toml"),
+            config_path=SYSTEM_CONFIG_PATH,
             config_text=example,
-            state_dir=Path("/var/lib/anyrtd"),
+            state_dir=SYSTEM_STATE_DIR,
         )
     config_home = _xdg(env, home, "XDG_CONFIG_HOME", ".config")
     return SystemdTarget(

@@ -34,7 +34,7 @@ FLOW: tuple[tuple[str, ...], ...] = (
     ("anyrtd.rows",),
     ("anyrtd.mirror_guard",),
     ("anyrtd.mirror",),
-    ("anyrtd.migrations",),  # installed inside the package (pyproject's package-dir)
+    ("anyrtd.migrations",),  # the top-level migrations/, linked into the package
     ("anyrtd.claims",),
     ("anyrtd.reconcile",),
     ("anyrtd.registry",),

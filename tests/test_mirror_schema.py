@@ -54,7 +54,7 @@ def differences(mirror: Mirror) -> list[tuple[Any, ...]]:
 
 
 def check_through_env(mirror: Mirror) -> None:
-    """Run `alembic check` on `mirror`: autogenerate through anyrtd/migrations/env.py's metadata."""
+    """Run `alembic check` on `mirror`: autogenerate through migrations/env.py's metadata."""
     cfg = alembic_config(mirror.url)
     with mirror.engine.connect() as conn:
         cfg.attributes["connection"] = conn

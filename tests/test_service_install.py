@@ -11,6 +11,7 @@ The launchd plists cannot be loaded here: they are rendered and checked with `pl
 from __future__ import annotations
 
 import fnmatch
+import json
 import os
 import shutil
 import subprocess
@@ -37,6 +38,7 @@ from test_packaging import one, parse_unit
 
 from anyrtd.config import DEFAULT_LISTEN, load_config
 from anyrtd.service_files import (
+    COMMAND_LINK,
     EXAMPLE_CONFIG,
     LABEL,
     PACKAGED,
@@ -68,10 +70,13 @@ OPT = Installation(("/opt/anyrtd/bin/anyrtd",), (Path("/opt/anyrtd/bin/anyrtd"),
 
 def test_every_packaged_file_ships_in_the_wheel() -> None:
     project = tomllib.loads((REPO / "pyproject.toml").read_text())
-    patterns = project["tool"]["setuptools"]["package-data"]["anyrtd"]
+    setuptools = project["tool"]["setuptools"]
     for name in PACKAGED:
         assert (resources.files("anyrtd") / "packaging" / name).is_file(), name
-        assert any(fnmatch.fnmatch(f"packaging/{name}", p) for p in patterns), name
+        folder, _, base = f"anyrtd/packaging/{name}".rpartition("/")
+        package = folder.replace("/", ".")
+        assert package in setuptools["packages"], name
+        assert any(fnmatch.fnmatch(base, p) for p in setuptools["package-data"][package]), name
         assert packaged(name) == (REPO / "packaging" / name).read_text()
 
 
@@ -230,6 +235,10 @@ def test_an_installation_under_tmp_is_refused_with_the_fix(
     assert line.startswith(f"Error: this anyrtd runs from {tmp_launcher}, under /tmp, ")
     assert "(PrivateTmp=yes hides it)" in line
     assert "sudo /usr/bin/python3 -m venv /opt/anyrtd" in line
+    # What this anyrtd was installed from (this checkout, here), never a name no index has;
+    # `opt_home` builds its /opt environment with the same `pip install` of the checkout.
+    assert f" && sudo /opt/anyrtd/bin/pip install {REPO} && " in line
+    assert "sudo /opt/anyrtd/bin/anyrtd service install` (it links /usr/local/bin/anyrtd " in line
     assert "`anyrtd service install --user`" in line
     assert UNIT.exists() == had_unit
 
@@ -291,11 +300,15 @@ def clean(systemd: Systemd) -> Iterator[None]:
         )
     if CONFIG.exists() and CONFIG.read_text() != packaged(EXAMPLE_CONFIG):
         pytest.fail(f"{CONFIG} is on this machine and is not the example: the test would use it")
+    if (COMMAND_LINK.exists() or COMMAND_LINK.is_symlink()) and not a_tests_link():
+        pytest.fail(f"{COMMAND_LINK} is on this machine and no test made it: the test replaces it")
 
     def remove(created: list[Path]) -> None:
         systemd.run("systemctl", "disable", "--now", "anyrtd", check=False)
         systemd.run("systemctl", "reset-failed", "anyrtd", check=False)
         remove_installed(created)
+        if a_tests_link():
+            COMMAND_LINK.unlink()
         systemd.run("systemctl", "daemon-reload")
 
     remove([CONFIG])  # what an interrupted run of this test left behind
@@ -304,6 +317,14 @@ def clean(systemd: Systemd) -> Iterator[None]:
         yield
     finally:
         remove(created)
+
+
+def a_tests_link() -> bool:
+    """Return whether the command on PATH is a link to the anyrtd of a test's /opt."""
+    return COMMAND_LINK.is_symlink() and os.readlink(COMMAND_LINK).startswith("/opt/anyrtd-test-")
+
+
+LINKED = ", so that `anyrtd` runs the service's anyrtd"
 
 
 def service(systemd: Systemd, anyrtd: Path, *args: str, env: tuple[str, ...] = ()) -> str:
@@ -335,7 +356,9 @@ def test_a_dry_run_says_what_it_would_do_and_changes_nothing(
     assert f"would create {CONFIG} from the example config" in out
     assert "would run `systemctl daemon-reload`" in out
     assert "would run `systemctl enable --now anyrtd.service`" in out
+    assert f"would link {COMMAND_LINK} to {anyrtd}{LINKED}" in out
     assert not UNIT.exists() and not CONFIG.exists()
+    assert not COMMAND_LINK.is_symlink()
     assert systemd.show("anyrtd.service", "LoadState") == {"LoadState": "not-found"}
 
 
@@ -369,14 +392,31 @@ def test_install_starts_the_service_and_uninstall_removes_it_but_keeps_the_state
     health = healthz(systemd)
     assert health.status_code == 200, health.text
     assert health.json()["lastTickAt"] is not None
-    # The client commands find it through the config file the install created.
-    listed = systemd.run(str(anyrtd), "triggers", "list", check=False)
+    # The client commands find it through the config file the install created, and the
+    # command is on PATH, a link to the installation the service runs.
+    assert f"linked {COMMAND_LINK} to {anyrtd}{LINKED}" in out
+    assert Path(os.readlink(COMMAND_LINK)) == anyrtd
+    listed = systemd.run(str(COMMAND_LINK), "triggers", "list", check=False)
     assert listed.returncode == 0, listed.stdout + listed.stderr
+    # The doctor reads the service's configuration: its state directory, its mirror.
+    doctor = systemd.run(str(COMMAND_LINK), "doctor", "--json", check=False)
+    checks = {c["name"]: c for c in json.loads(doctor.stdout)}
+    assert checks["config"] == {
+        "name": "config",
+        "status": "ok",
+        "detail": "the system service is installed: read its configuration "
+        f"({CONFIG}, state in /var/lib/anyrtd)",
+        "fix": None,
+    }
+    assert "statedir" not in checks, checks["statedir"]
+    assert checks["mirror"]["status"] == "ok", checks["mirror"]
+    assert checks["mirror"]["detail"].startswith("/var/lib/anyrtd/anyrtd.sqlite3 at ")
 
     again = service(systemd, anyrtd, "install")
     assert f"unchanged {UNIT}" in again
     assert f"kept {CONFIG}: it exists, and anyrtd never overwrites it" in again
     assert "anyrtd.service was already enabled and running" in again
+    assert f"unchanged {COMMAND_LINK} (a link to {anyrtd})" in again
     assert "ran `" not in again
     assert systemd.show("anyrtd.service", "MainPID") == {"MainPID": running["MainPID"]}
 
@@ -400,11 +440,13 @@ def test_install_starts_the_service_and_uninstall_removes_it_but_keeps_the_state
         "ran `systemctl disable --now anyrtd.service`",
         f"removed {UNIT}",
         "ran `systemctl daemon-reload`",
+        f"removed {COMMAND_LINK}",
         f"kept the config {CONFIG} and the state in /var/lib/anyrtd",
     ]
     gone = systemd.show("anyrtd.service", "LoadState", "ActiveState")
     assert gone == {"LoadState": "not-found", "ActiveState": "inactive"}
     assert not UNIT.exists() and not WANTS_LINK.is_symlink()
+    assert not COMMAND_LINK.is_symlink()
     assert MIRROR.is_file() and CONFIG.read_text() == packaged(EXAMPLE_CONFIG)
 
     again = service(systemd, anyrtd, "uninstall")

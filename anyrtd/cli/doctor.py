@@ -17,10 +17,16 @@ from anyrtd.config import Config
 def doctor(config: Config, as_json: bool) -> None:
     """Check the set-up, part by part, and say how to fix what is wrong."""
     import asyncio
+    import os
 
-    from anyrtd.cli.checks import diagnose
+    from anyrtd.cli.checks import Check, diagnose
+    from anyrtd.cli.service import service_config
+    from anyrtd.cli.shared import shared
 
-    checks = asyncio.run(diagnose(config, time.time()))
+    # The installed service's configuration, when no file and state directory were given.
+    config, read = service_config(config, shared(click.get_current_context()), os.environ)
+    checks = [Check("config", "ok", read)] if read else []
+    checks += asyncio.run(diagnose(config, time.time()))
     if as_json:
         emit_json([c.to_json() for c in checks])
     else:

@@ -53,6 +53,12 @@ LOG_LEVEL_OPTION = click.option(
     help="Seconds between election polls [default: 10].",
 )
 @click.option(
+    "--runs-kept-per-trigger",
+    "runs_kept_per_trigger",
+    metavar="COUNT",
+    help="Finished runs of each trigger the mirror keeps, newest first [default: 1000].",
+)
+@click.option(
     "--rebuild-mirror",
     is_flag=True,
     help="If the mirror is missing, emptied, damaged or not anyrtd's, move it aside and "
@@ -60,7 +66,11 @@ LOG_LEVEL_OPTION = click.option(
 )
 @LOG_LEVEL_OPTION
 def serve(
-    tick_s: str | None, election_poll_s: str | None, rebuild_mirror: bool, log_level: str
+    tick_s: str | None,
+    election_poll_s: str | None,
+    runs_kept_per_trigger: str | None,
+    rebuild_mirror: bool,
+    log_level: str,
 ) -> None:
     """Run the scheduler daemon."""
     import asyncio
@@ -71,11 +81,16 @@ def serve(
 
     given = shared(click.get_current_context())
     # The loop flags are config keys like the others: checked on the same path.
-    config = given.config(tick_s=tick_s, election_poll_s=election_poll_s)
+    flags = {
+        "tick_s": tick_s,
+        "election_poll_s": election_poll_s,
+        "runs_kept_per_trigger": runs_kept_per_trigger,
+    }
+    config = given.config(**flags)
     setup_logging(log_level)
 
     def reload() -> Config:
-        return given.load(tick_s=tick_s, election_poll_s=election_poll_s)
+        return given.load(**flags)
 
     try:
         asyncio.run(run_daemon(config, reload=reload, rebuild_mirror=rebuild_mirror))

@@ -10,7 +10,7 @@ import os
 import shlex
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,6 +19,8 @@ import click
 from anyrtd.cli.shared import echo
 
 if TYPE_CHECKING:
+    from anyrtd.cli.shared import Shared
+    from anyrtd.config import Config
     from anyrtd.service_files import Installation, LaunchdTarget, SystemdTarget
 
 USER_OPTION = click.option(
@@ -74,6 +76,18 @@ class Steps:
             shutil.chown(path, owner, owner)
         self.say(f"created the directory {path}")
 
+    def link(self, path: Path, to: Path, what: str = "") -> None:
+        """Make `path` a symbolic link to `to`, replacing a link that is there."""
+        if self.dry_run:
+            self.say(f"would link {path} to {to}{what}")
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f".{path.name}.anyrtd-new")
+        partial.unlink(missing_ok=True)
+        partial.symlink_to(to)
+        partial.replace(path)
+        self.say(f"linked {path} to {to}{what}")
+
     def remove(self, path: Path) -> bool:
         if not path.exists():
             self.say(f"no {path} to remove")
@@ -118,20 +132,42 @@ def need_root(user: bool, dry_run: bool, installation: Installation, action: str
     )
 
 
+def installed_from() -> str:
+    """Return what `pip install` takes to install this anyrtd again: the checkout or the
+    wheel it was installed from, or its name on an index."""
+    from importlib import metadata
+
+    import anyrtd
+    from anyrtd.service_files import install_source
+
+    try:
+        direct_url = metadata.distribution("anyrtd").read_text("direct_url.json")
+    except metadata.PackageNotFoundError:  # run from a checkout, not installed at all
+        checkout = Path(anyrtd.__file__).resolve().parent.parent
+        if (checkout / "pyproject.toml").is_file():
+            return str(checkout)
+        direct_url = None
+    return install_source(direct_url)
+
+
 def refuse_hidden(installation: Installation) -> None:
     """Refuse an installation the hardened system unit cannot see, naming the fix."""
-    from anyrtd.service_files import hidden_place
+    from anyrtd.service_files import COMMAND_LINK, hidden_place
 
     hidden = hidden_place(installation)
     if hidden is None:
         return
     place, root, option = hidden
+    source = installed_from()
+    if source.startswith("/") and " " not in source:
+        source = shlex.quote(source)
     raise click.ClickException(
         f"this anyrtd runs from {place}, under {root}, which the hardened system unit cannot "
         f"see ({option} hides it). Install anyrtd outside /root, /home and /tmp, from the "
         "system's Python, and run the install from there: `sudo /usr/bin/python3 -m venv "
-        "/opt/anyrtd && sudo /opt/anyrtd/bin/pip install anyrtd && sudo /opt/anyrtd/bin/anyrtd "
-        "service install`; or run it as your own service: `anyrtd service install --user`"
+        f"/opt/anyrtd && sudo /opt/anyrtd/bin/pip install {source} && sudo "
+        f"/opt/anyrtd/bin/anyrtd service install` (it links {COMMAND_LINK} to that anyrtd); "
+        "or run it as your own service: `anyrtd service install --user`"
     )
 
 
@@ -241,6 +277,8 @@ def install_systemd(steps: Steps, installation: Installation, user: bool) -> Non
         steps.say(f"{UNIT} was already enabled and running")
     if user:
         steps.say('to keep it running while you are logged out: `loginctl enable-linger "$USER"`')
+    else:
+        link_command(steps, installation)
     state = "would be" if steps.dry_run else "is"
     steps.say(f"{UNIT} {state} enabled and running.")
     steps.say(f"Read its log with: {sudo}{target.journalctl} -f")
@@ -260,12 +298,97 @@ def uninstall_systemd(steps: Steps, installation: Installation, user: bool) -> N
         steps.run(*ctl, "stop", UNIT)
     else:
         steps.say(f"{UNIT} was neither enabled nor running")
+    ran = unit_program(target.unit_path)
     if steps.remove(target.unit_path):
         steps.run(*ctl, "daemon-reload")
+    if not user:
+        unlink_command(steps, installation, ran)
     drop_ins = target.unit_path.with_name(f"{UNIT}.d")
     if drop_ins.is_dir():
         steps.say(f"kept the drop-ins in {drop_ins}")
     steps.say(f"kept the config {target.config_path} and the state in {target.state_dir}")
+
+
+def link_command(steps: Steps, installation: Installation) -> None:
+    """Link the command on PATH to the installation the system service runs (a link that
+    is there is replaced; a file that is not a link is kept)."""
+    from anyrtd.service_files import COMMAND_LINK, command_link
+
+    program = command_link(installation)
+    if program is None:
+        return
+    if COMMAND_LINK.is_symlink() and Path(os.readlink(COMMAND_LINK)) == program:
+        steps.say(f"unchanged {COMMAND_LINK} (a link to {program})")
+    elif COMMAND_LINK.exists() and not COMMAND_LINK.is_symlink():
+        steps.say(
+            f"kept {COMMAND_LINK}: it is not a link; the service's anyrtd is {program} "
+            "(run it by that path)"
+        )
+    else:
+        steps.link(COMMAND_LINK, program, what=", so that `anyrtd` runs the service's anyrtd")
+
+
+def unit_program(unit_path: Path) -> Path | None:
+    """Return the program the installed unit at `unit_path` runs, if it can be read."""
+    from anyrtd.service_files import ServiceFileError, exec_start
+
+    try:
+        words = shlex.split(exec_start(unit_path.read_text(encoding="utf-8")))
+    except (OSError, ServiceFileError, ValueError):
+        return None
+    return Path(words[0]) if words else None
+
+
+def unlink_command(steps: Steps, installation: Installation, ran: Path | None) -> None:
+    """Remove the link on PATH when it names this installation or the one the unit ran."""
+    from anyrtd.service_files import COMMAND_LINK, command_link
+
+    if not COMMAND_LINK.is_symlink():
+        return
+    to = Path(os.readlink(COMMAND_LINK))
+    if to in (command_link(installation), ran):
+        steps.remove(COMMAND_LINK)
+    else:
+        steps.say(f"kept {COMMAND_LINK}: it links to {to}, another anyrtd")
+
+
+# --- doctor --------------------------------------------------------------------------------
+
+
+def service_config(config: Config, given: Shared, env: Mapping[str, str]) -> tuple[Config, str]:
+    """Return the config of the service installed here and how it was found, for a command
+    that reads what the service does (`anyrtd doctor`); `config` as it is when the command was
+    given a config file and a state directory, or no service is installed."""
+    from anyrtd.cli.shared import BadSetting
+    from anyrtd.config import ConfigError, default_state_dir, load_config
+    from anyrtd.service_files import installed_service
+
+    chose_file = bool(given.config_path or env.get("ANYRTD_CONFIG"))
+    chose_state = bool(given.state_dir or env.get("ANYRTD_STATE_DIR"))
+    found = None
+    if not (chose_file and chose_state):
+        found = installed_service(root=os.geteuid() == 0, env=env, home=Path.home())
+    if found is None:
+        return config, ""
+    path = given.config_path
+    if not chose_file and found.config_path.is_file():
+        path = str(found.config_path)
+    try:
+        read = load_config(
+            path,
+            env,
+            server=given.server,
+            space=given.space,
+            listen=given.listen,
+            state_dir=given.state_dir,
+        )
+    except ConfigError as exc:
+        raise BadSetting(str(exc)) from None
+    if not chose_state and read.state_dir == default_state_dir():
+        read = read.with_overrides(state_dir=found.state_dir)
+    where = str(read.source) if read.source is not None else "no config file"
+    said = f"{found.whose} is installed: read its configuration ({where}, state in "
+    return read, f"{said}{read.state_dir})"
 
 
 # --- launchd -------------------------------------------------------------------------------
