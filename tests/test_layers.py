@@ -54,6 +54,7 @@ FLOW: tuple[tuple[str, ...], ...] = (
     ("anyrtd.firing",),
     ("anyrtd.timer",),
     ("anyrtd.history",),
+    ("anyrtd.missed",),
     ("anyrtd.why",),
     # the port its readers use, the chat responder, and the active role
     ("anyrtd.port",),
