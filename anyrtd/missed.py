@@ -137,6 +137,30 @@ def find_missed(watched: Iterable[Watched], scene: Scene) -> list[Missed]:
     return sorted(out, key=lambda m: m.trigger_id)
 
 
+def first_due(w: Watched) -> float | None:
+    """Return the earliest occurrence that could be missed as long as the trigger neither runs
+    nor changes (None: none can be): until it is more than a grace ago, nothing is."""
+    defn = w.defn
+    if not defn.enabled or defn.kind not in (Kind.CRON, Kind.ONCE):
+        return None
+    if defn.kind == Kind.ONCE:
+        return once_at(defn) if defn.rollup.last_run_at is None else None
+    since = _since(w)
+    anchor = since if isinstance(defn.schedule, EverySchedule) else 0.0
+    return defn.schedule.next_after(since, anchor)
+
+
+def _since(w: Watched) -> float:
+    """Return where a cron's look-back starts, before the bound: its last run, or when this
+    device first saw its definition (never ran, or edited since)."""
+    last_run = w.defn.rollup.last_run_at
+    if last_run is None:
+        return w.first_seen
+    if w.changed and w.off is None:
+        return max(last_run, w.first_seen)  # an edit: the old schedule's runs say nothing
+    return last_run
+
+
 def missed_of(w: Watched, scene: Scene, seen: Mapping[str, float]) -> Missed | None:
     """Return one trigger's missed occurrences, or None when it missed none."""
     defn = w.defn
@@ -153,13 +177,7 @@ def missed_of(w: Watched, scene: Scene, seen: Mapping[str, float]) -> Missed | N
         times, capped, since = [at], False, at
         episode = f"{defn.id}:once:{at!r}"
     else:
-        if last_run is None:
-            since = w.first_seen
-        elif w.changed and w.off is None:
-            since = max(last_run, w.first_seen)  # an edit: the old schedule's runs say nothing
-        else:
-            since = last_run
-        since = max(since, bound)
+        since = max(_since(w), bound)
         times, capped = _walk(defn, since, until)
         episode = (
             f"{defn.id}:after:{last_run!r}"
@@ -341,6 +359,7 @@ __all__ = [
     "Watched",
     "default_grace",
     "find_missed",
+    "first_due",
     "iso",
     "last_recorded",
     "missed_of",

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from anyrtd.missed import Missed, iso
 from anyrtd.model import Malformed, TriggerDef, marker_reason
 from anyrtd.registry import Entry
 from anyrtd.vocab import (
@@ -92,6 +93,8 @@ class WhyFacts:
     """The next fires of this device's armed entry."""
     spec_fires: Sequence[float] = ()
     """The next occurrences of the spec from now, wherever it runs (for another device)."""
+    missed: Missed | None = None
+    """Its missed occurrences (anyrtd/missed.py), wherever it is pinned."""
 
 
 @dataclass(frozen=True)
@@ -468,7 +471,33 @@ def _notes(facts: WhyFacts, defn: TriggerDef, entry: Entry | None) -> list[Reaso
                 blocking=False,
             )
         )
+    if facts.missed is not None:
+        out.append(missed_reason(facts.missed))
     return out
+
+
+MISSED_LISTED = 5
+"""The newest missed occurrences a `why` lists (`GET /triggers/:id/missed` has them all)."""
+
+
+def missed_reason(m: Missed) -> Reason:
+    """Return the note that a trigger missed occurrences, the newest listed with their causes."""
+    n = f"{m.count}{'+' if m.capped else ''}"
+    last = m.last
+    return Reason(
+        Cause.MISSED,
+        f"it missed {n} occurrence{'s' if m.count != 1 else ''} since {iso(m.since)}, "
+        f"the last at {iso(last.at)}: {last.text}",
+        {
+            "missed": m.count,
+            "occurrences": [
+                {"at": o.at, "cause": o.cause, "text": o.text}
+                for o in m.occurrences[:MISSED_LISTED]
+            ],
+        },
+        last.fix,
+        blocking=False,
+    )
 
 
 __all__ = [
@@ -482,4 +511,5 @@ __all__ = [
     "device_state",
     "explain",
     "malformed_field",
+    "missed_reason",
 ]

@@ -13,6 +13,7 @@ from anyrtd.missed import (
     Watched,
     default_grace,
     find_missed,
+    first_due,
     last_recorded,
     missed_of,
 )
@@ -272,3 +273,12 @@ def test_sightings_note_edits_and_what_a_trigger_was_before_it_was_enabled() -> 
 def test_the_default_grace_covers_a_tick_and_the_run_budget() -> None:
     assert default_grace(5.0, 300.0) == 305.0
     assert default_grace(1.0, 10.0) == 60.0
+
+
+def test_nothing_is_missed_before_the_first_due_occurrence_is_a_grace_old() -> None:
+    w = Watched(defn(lastRunAt=NOW - 5 * MIN), NOW - 7200)
+    due = first_due(w)
+    assert due == NOW - 4 * MIN
+    assert one(w, scene(now=due + MIN)) is None
+    found = one(w, scene(now=due + MIN + 0.5))
+    assert found is not None and found.count == 1
