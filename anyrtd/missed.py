@@ -301,50 +301,37 @@ def _occurrence(at: float, w: Watched, scene: Scene, seen: Mapping[str, float]) 
     )
 
 
-@dataclass
-class _Sighting:
-    fingerprint: str
-    enabled: bool
-    since: float
-    changed: bool
-    off: MissCause | None
+def sight(before: Watched | None, d: TriggerDef, now: float) -> Watched:
+    """Return a trigger as watched once its definition `d` is seen at `now`: a definition or
+    `enabled` that changed since `before` counts from now, and remembers what it was before
+    it was enabled again. (`scheduled` is the reader's to fill.)"""
+    if before is None:
+        return Watched(d, now)
+    old = before.defn
+    if old.fingerprint == d.fingerprint and old.enabled == d.enabled:
+        return Watched(d, before.first_seen, before.changed, before.off)
+    off = None
+    if not old.enabled and d.enabled:
+        auto = before.off == MissCause.AUTO_DISABLED
+        auto = auto or d.rollup.last_status == LastStatus.AUTO_DISABLED
+        off = MissCause.AUTO_DISABLED if auto else MissCause.DISABLED
+    elif not d.enabled and d.rollup.last_status == LastStatus.AUTO_DISABLED:
+        off = MissCause.AUTO_DISABLED  # remembered for when it is enabled again
+    return Watched(d, now, True, off)
 
 
 class Sightings:
-    """When this device first saw each trigger's definition enabled, and what it was before.
-
-    Kept in memory (pure: `now` is passed in). A definition seen at the first `observe`
-    counts from then, unchanged: its rollup says when it last ran.
-    """
+    """When this device first saw each trigger's definition enabled, and what it was before
+    (`sight` for each). Kept in memory; a definition seen at the first `observe` counts from
+    then, unchanged: its rollup says when it last ran."""
 
     def __init__(self) -> None:
-        self._seen: dict[str, _Sighting] = {}
+        self._seen: dict[str, Watched] = {}
 
     def observe(self, defs: Iterable[TriggerDef], now: float) -> list[Watched]:
         """Note the definitions as of `now`; return the enabled ones as watched."""
-        fresh: dict[str, _Sighting] = {}
-        watched: list[Watched] = []
-        for d in defs:
-            old = self._seen.get(d.id)
-            if old is None:
-                s = _Sighting(d.fingerprint, d.enabled, now, False, None)
-            elif old.fingerprint != d.fingerprint or old.enabled != d.enabled:
-                off = None
-                if not old.enabled and d.enabled:
-                    auto = d.rollup.last_status == LastStatus.AUTO_DISABLED or old.off == (
-                        MissCause.AUTO_DISABLED
-                    )
-                    off = MissCause.AUTO_DISABLED if auto else MissCause.DISABLED
-                elif not d.enabled and d.rollup.last_status == LastStatus.AUTO_DISABLED:
-                    off = MissCause.AUTO_DISABLED  # remembered for when it is enabled again
-                s = _Sighting(d.fingerprint, d.enabled, now, True, off)
-            else:
-                s = old
-            fresh[d.id] = s
-            if d.enabled:
-                watched.append(Watched(d, s.since, s.changed, s.off))
-        self._seen = fresh
-        return watched
+        self._seen = {d.id: sight(self._seen.get(d.id), d, now) for d in defs}
+        return [w for w in self._seen.values() if w.defn.enabled]
 
 
 __all__ = [
@@ -363,4 +350,5 @@ __all__ = [
     "iso",
     "last_recorded",
     "missed_of",
+    "sight",
 ]

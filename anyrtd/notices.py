@@ -225,21 +225,20 @@ class Notices:
     async def loop(self) -> None:
         """One turn of the loop: a tick's wait, then a pass."""
         await asyncio.sleep(self.parts.config.tick_s)
-        await self.parts.timer.clear_of()  # a pass holds the loop a moment: not over a start
         await self.step()
 
     async def step(self) -> None:
         """Take one pass: find what was missed; make and deliver the notices due."""
         p = self.parts
         now = p.clock.now()
-        found = await self.watch.step(now, p.peer_id, p.client)
+        found = await self.watch.step(now, p.peer_id, p.client, p.timer.clear_of)
         db = p.db
         if not self.settings.enabled or db is None:
             return
         made: list[Notice] = []
         if p.gate.verdict == Verdict.ACTIVE and p.fence.may_claim(now):
             made += trigger_notices(
-                found, self.watch.definitions(), now=now, lookback_s=self.watch.lookback_s
+                found, self.watch.notable, now=now, lookback_s=self.watch.lookback_s
             )
         aside = await db.call(Mirror.outbox_set_aside)
         made += [_set_aside_notice(item, p.peer_id) for item in aside]

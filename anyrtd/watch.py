@@ -3,15 +3,14 @@
 Every device runs it (the control API, `why`, the status page and `/metrics` read its last
 answer); only the active device sends notices about it (anyrtd/notices.py). The arithmetic
 is `anyrtd/missed.py`'s; this stage gathers its facts: the records, the devices registry
-(read at most every `DEVICES_EVERY_S`), when this daemon started. A trigger whose next
-occurrence is still less than a grace old costs one comparison a pass.
+(read at most every `DEVICES_EVERY_S`), when this daemon started.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from anyrtd.client import ServerClient, ServerError, ServerUnavailable
@@ -20,15 +19,15 @@ from anyrtd.missed import (
     DEFAULT_LOOKBACK_S,
     Missed,
     Scene,
-    Sightings,
     Watched,
     first_due,
     last_recorded,
     missed_of,
+    sight,
 )
 from anyrtd.model import STANDING_BUILTINS, TriggerDef
 from anyrtd.records import RecordCache
-from anyrtd.vocab import DeviceState
+from anyrtd.vocab import DeviceState, LastStatus
 
 REGISTRY_WAIT_S = 3.0
 DEVICES_EVERY_S = 30.0
@@ -55,8 +54,19 @@ async def read_devices(
     return states, names
 
 
+SLICE = 5000
+"""Triggers looked at between two turns of the event loop: a pass over 100,000 triggers
+does not hold up a start."""
+NOTABLE = frozenset({LastStatus.ERROR, LastStatus.AUTO_DISABLED})
+
+
 class Watch:
-    """The last missed occurrences of every trigger, and the counts `/metrics` shows."""
+    """The last missed occurrences of every trigger, and the counts `/metrics` shows.
+
+    Each trigger is kept with its definition as last seen and the earliest occurrence that
+    could be missed (`first_due`); a definition object that did not change since the last
+    pass costs a comparison, the rest is worked out only for the triggers that are due.
+    """
 
     def __init__(
         self,
@@ -69,29 +79,31 @@ class Watch:
         self.grace_s = grace_s
         self.lookback_s = lookback_s
         self.up_since: float | None = None
-        self.sightings = Sightings()
         self.missed: dict[str, Missed] = {}
         """The triggers that missed occurrences at the last pass, by id."""
+        self.notable: list[TriggerDef] = []
+        """The triggers whose last run failed or tripped the breaker, at the last pass."""
         self.totals: Counter[str] = Counter()
         """Missed occurrences counted since the daemon started, by trigger id."""
         self.last_pass: float | None = None
         self._counted: dict[str, float] = {}
-        self._due: dict[str, tuple[TriggerDef, float, float | None]] = {}
+        self._tracked: dict[str, tuple[Watched, float | None, bool]] = {}
         self._devices: tuple[Mapping[str, DeviceState] | None, Mapping[str, str]] = (None, {})
         self._devices_at: float | None = None
-        self._watched: dict[str, Watched] = {}
 
     def definitions(self) -> list[TriggerDef]:
-        """Return the parsed definitions the watch looks at (not the standing built-ins)."""
-        parsed = self.records.parsed
-        return [
-            d
-            for rid in parsed
-            if rid not in STANDING_BUILTINS and isinstance(d := parsed.get(rid), TriggerDef)
-        ]
+        """Return the definitions the last pass looked at (not the standing built-ins)."""
+        return [kept[0].defn for kept in self._tracked.values()]
 
-    async def step(self, now: float, peer_id: str | None, client: ServerClient) -> list[Missed]:
-        """Take one pass as of `now`; return the triggers that missed occurrences."""
+    async def step(
+        self,
+        now: float,
+        peer_id: str | None,
+        client: ServerClient,
+        pace: Callable[[], Awaitable[None]] | None = None,
+    ) -> list[Missed]:
+        """Take one pass as of `now`; return the triggers that missed occurrences. `pace` is
+        awaited before each slice of `SLICE` triggers (the timer's `clear_of`)."""
         if self.up_since is None:
             self.up_since = now
         if self.records.unparsed():
@@ -99,18 +111,39 @@ class Watch:
         if self._devices_at is None or now - self._devices_at >= DEVICES_EVERY_S:
             self._devices = await read_devices(client)
             self._devices_at = now
-        defs = self.definitions()
-        watched = self.sightings.observe(defs, now)
-        self._watched = {w.defn.id: w for w in watched}
         until = now - self.grace_s
-        self._due = {k: v for k, v in self._due.items() if k in self._watched}
-        due = [w for w in watched if self._may_miss(w, until)]
+        parsed = self.records.parsed
+        ids = list(parsed)
+        old, fresh = self._tracked, {}
+        due: list[Watched] = []
+        notable: list[TriggerDef] = []
+        get = parsed.get
+        for start in range(0, len(ids), SLICE):
+            if start:
+                await asyncio.sleep(0)  # let the loop breathe between slices
+            if pace is not None:
+                await pace()  # a slice holds the loop for milliseconds: not over a start
+            for rid in ids[start : start + SLICE]:
+                d = get(rid)
+                kept = old.get(rid)
+                if kept is None or kept[0].defn is not d:
+                    if not isinstance(d, TriggerDef) or rid in STANDING_BUILTINS:
+                        continue
+                    w = sight(kept[0] if kept is not None else None, d, now)
+                    kept = (w, first_due(w), d.rollup.last_status in NOTABLE)
+                fresh[rid] = kept
+                if kept[1] is not None and kept[1] < until:
+                    due.append(kept[0])
+                if kept[2]:
+                    notable.append(kept[0].defn)
+        self._tracked = fresh
         found: list[Missed] = []
         if due:
             # An owner's silence is judged on every trigger it holds, not only the due ones.
-            scene, seen = self.scene(now, peer_id), last_recorded(defs, {})
+            scene, seen = self.scene(now, peer_id), last_recorded(self.definitions(), {})
             found = [m for w in due if (m := missed_of(w, scene, seen)) is not None]
         self.missed = {m.trigger_id: m for m in found}
+        self.notable = notable
         self._count(found)
         self.last_pass = now
         return found
@@ -133,22 +166,12 @@ class Watch:
     ) -> Missed | None:
         """Return one trigger's missed occurrences as of `now`, with the `scheduledAt` of the
         runs a reader knows of (None when it missed none, or the watch has not seen it)."""
-        w = self._watched.get(trigger_id)
+        kept = self._tracked.get(trigger_id)
         parsed = self.records.parsed.get(trigger_id)
-        if w is None or not isinstance(parsed, TriggerDef):
+        if kept is None or not isinstance(parsed, TriggerDef):
             return None
-        w = replace(w, defn=parsed, scheduled=tuple(scheduled))
+        w = replace(sight(kept[0], parsed, now), scheduled=tuple(scheduled))
         return missed_of(w, self.scene(now, peer_id), last_recorded(self.definitions(), {}))
-
-    def _may_miss(self, w: Watched, until: float) -> bool:
-        """Return whether a trigger's first occurrence that could be missed is a grace old."""
-        cached = self._due.get(w.defn.id)
-        if cached is not None and cached[0] is w.defn and cached[1] == w.first_seen:
-            due = cached[2]
-        else:
-            due = first_due(w)
-            self._due[w.defn.id] = (w.defn, w.first_seen, due)
-        return due is not None and due < until
 
     def _count(self, found: Iterable[Missed]) -> None:
         for m in found:
