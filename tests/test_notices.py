@@ -168,3 +168,43 @@ async def test_a_failing_command_is_tried_again_a_bounded_number_of_times(
         await fleet.step(70, poll=True)  # past any wait between tries
     assert len(list(tries.iterdir())) == 3  # the first try and two more
     assert await chat_notices(fleet) == []  # the chat channel is off
+
+
+async def test_a_write_set_aside_makes_one_notice_on_its_own_device(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    out = tmp_path / "notices"
+    out.mkdir()
+    a = await node(fleet, 1, out)
+    b = await node(fleet, 2, out)  # standby: it makes notices of its own writes only
+    await fleet.step(1, poll=True)
+    assert b.daemon.gate.verdict == "standby"
+    await fleet.put("plain", kind="cron", spec={"every_s": 3600}, program="test:ok@v1", owner=b.me)
+    await fleet.step(1, poll=True)
+    b.daemon.unit.write_trigger("plain", {"score": float("nan")})  # no server takes a NaN
+    await b.daemon.unit.commit(fleet.clock.now())
+    await b.daemon.drain_outbox()
+    await look(a, b)
+    await look(a, b)
+    notes = delivered(out)
+    assert [n["kind"] for n in notes] == [NoticeKind.SET_ASIDE], notes
+    assert notes[0]["facts"]["device"] == b.me and notes[0]["fix"] == "anyrtd doctor"
+    assert len(await chat_notices(fleet)) == 1
+
+
+async def test_past_the_hourly_limit_notices_wait_their_turn(fleet: Fleet, tmp_path: Path) -> None:
+    out = tmp_path / "notices"
+    out.mkdir()
+    a = await node(fleet, 1, out, per_hour=1)
+    at = fleet.clock.now() + 5
+    for rid in ("shot-1", "shot-2"):
+        await fleet.put(rid, kind="once", spec={"at": at}, program="test:fail@v1", owner=a.me)
+    await fleet.step(10, poll=True)
+    for _ in range(3):
+        await look(a)
+        await fleet.step(60, poll=True)
+    assert [n["triggerId"] for n in delivered(out)] == ["shot-1"]
+    for _ in range(30):  # an hour later, the second one goes out
+        await fleet.step(120, poll=True)
+        await look(a)
+    assert sorted(n["triggerId"] for n in delivered(out)) == ["shot-1", "shot-2"]
