@@ -292,8 +292,14 @@ class Notices:
             marks = dict(noticed) if isinstance(noticed, Mapping) else {}
             if marks.get(n.kind) == n.key:
                 return False
+            if not records:
+                return False  # deleted meanwhile: nothing to tell of
             marks[n.kind] = n.key
-            await client.upsert(places.triggers, [Upsert(n.trigger_id, {NOTICED_FIELD: marks})])
+            # Conditional: two devices that both think they are active write one mark.
+            version = records[0].get("_v")
+            at = version if isinstance(version, int) else None
+            mark = Upsert(n.trigger_id, {NOTICED_FIELD: marks}, if_version=at)
+            await client.upsert(places.triggers, [mark])
         except (ServerUnavailable, ServerError) as exc:
             log.debug("notice %s waits for the server: %s", n.key, exc)
             return None
