@@ -175,6 +175,16 @@ def message_id(key: str) -> str:
     return "notice-" + hashlib.sha256(key.encode()).hexdigest()[:24]
 
 
+def grace_of(config: Config) -> float:
+    """Return the grace an occurrence is judged with: `missed_grace_s`, or the default."""
+    return config.missed_grace_s or default_grace(config.tick_s, config.run_timeout_s)
+
+
+def printable(text: str) -> str:
+    """Return synced text (ids, device names) fit for a log line: control characters escaped."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
 class Parts(Protocol):
     """What the notices read and write: the daemon's stages (`Daemon` has them all)."""
 
@@ -205,9 +215,7 @@ class Notices:
         self.parts = parts
         config = parts.config
         self.watch = Watch(
-            records=parts.records,
-            grace_s=config.missed_grace_s or default_grace(config.tick_s, config.run_timeout_s),
-            lookback_s=config.missed_lookback_s,
+            records=parts.records, grace_s=grace_of(config), lookback_s=config.missed_lookback_s
         )
         self._chat: Dataset | None = None
         self._waiting = 0  # notices held back by the hourly limit, last said in the log
@@ -231,6 +239,9 @@ class Notices:
         """Take one pass: find what was missed; make and deliver the notices due."""
         p = self.parts
         now = p.clock.now()
+        config = p.config  # a reload may have changed the bounds
+        self.watch.grace_s = grace_of(config)
+        self.watch.lookback_s = config.missed_lookback_s
         found = await self.watch.step(now, p.peer_id, p.client, p.timer.clear_of)
         db = p.db
         if not self.settings.enabled or db is None:
@@ -277,7 +288,7 @@ class Notices:
             )
             await db.call(_saving(row))
             if not elsewhere:
-                log.info("notice %s: %s (%s)", n.kind, n.text, n.why)
+                log.info("notice %s: %s (%s)", n.kind, printable(n.text), printable(n.why))
 
     async def _claim(self, n: Notice) -> bool | None:
         """Write the notice's key on its trigger's record; return False when the record has
@@ -301,7 +312,7 @@ class Notices:
             mark = Upsert(n.trigger_id, {NOTICED_FIELD: marks}, if_version=at)
             await client.upsert(places.triggers, [mark])
         except (ServerUnavailable, ServerError) as exc:
-            log.debug("notice %s waits for the server: %s", n.key, exc)
+            log.debug("notice %s waits for the server: %s", printable(n.key), exc)
             return None
         return True
 
@@ -332,18 +343,21 @@ class Notices:
         error = "; ".join(errors) or None
         if left and attempts > self.settings.retries:
             log.error(
-                "notice %s not delivered after %d tries, given up: %s", row.key, attempts, error
+                "notice %s not delivered after %d tries, given up: %s",
+                printable(row.key),
+                attempts,
+                printable(error or ""),
             )
             left = []
         elif left:
             wait = min(RETRY_MAX_S, 2.0 ** (attempts - 1))
             log.warning(
                 "notice %s not delivered (try %d of %d), again in %gs: %s",
-                row.key,
+                printable(row.key),
                 attempts,
                 self.settings.retries + 1,
                 wait,
-                error,
+                printable(error or ""),
             )
         done = NoticeRow(
             key=row.key,

@@ -86,3 +86,10 @@ def test_the_alert_rules_name_only_metrics_the_daemon_exports() -> None:
     assert named and named <= exported, named - exported
     assert 'anyrtd_missed_occurrences_total{trigger="tick"} 2' in text
     assert 'anyrtd_trigger_last_run_timestamp_seconds{trigger="tick"} 1.0' in text
+
+
+def test_synced_text_reaches_the_log_with_its_control_characters_escaped() -> None:
+    from anyrtd.notices import printable
+
+    assert printable("tick\x1b[2J\nnext") == "tick\\x1b[2J\\nnext"
+    assert printable("café ☕") == "café ☕"
