@@ -596,9 +596,11 @@ class Mirror:
         return found
 
     def notices_since(self, since: float) -> int:
-        """Return how many notices were made at or after `since`."""
+        """Return how many notices this device made to deliver at or after `since` (not the
+        ones it found made by another device: nothing left to deliver, never tried)."""
         c = notices_table.c
-        q = select(func.count()).select_from(notices_table).where(c.created_at >= since)
+        mine = or_(c.pending != "", c.attempts > 0)
+        q = select(func.count()).select_from(notices_table).where(c.created_at >= since, mine)
         with self.engine.connect() as conn:
             return int(conn.execute(q).scalar_one())
 
