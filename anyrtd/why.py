@@ -24,6 +24,7 @@ from anyrtd.vocab import (
     Kind,
     LastStatus,
     Marker,
+    MissCause,
     RollupField,
     Verdict,
     is_unassigned,
@@ -257,6 +258,14 @@ def _placement(facts: WhyFacts, defn: TriggerDef) -> list[Reason]:
             UNKNOWN: f"it is pinned to {shown}, which the devices registry does not list: "
             "it fires nowhere unless that device comes back",
         }[state]
+        silent = _silent_since(facts)
+        if state == LIVE and silent is not None:
+            since = f"since {iso(silent)}" if silent != float("-inf") else "at all"
+            text = (
+                f"it is pinned to another device, {shown}, which is live in the devices "
+                f"registry but has recorded nothing {since}: it fires there while its anyrtd "
+                "runs"
+            )
         return [
             Reason(
                 Cause.PINNED_ELSEWHERE,
@@ -290,6 +299,16 @@ def _placement(facts: WhyFacts, defn: TriggerDef) -> list[Reason]:
         )
         return [Reason(Cause.TAKEOVER_HOLD, text, {"owner": owner, **hold}, "anyrtd election")]
     return []
+
+
+def _silent_since(facts: WhyFacts) -> float | None:
+    """Return since when the owner has recorded nothing, when its silence is why the trigger
+    missed occurrences (-inf: nothing at all); else None."""
+    m = facts.missed
+    if m is None or m.last.cause != MissCause.OWNER_NOT_RUNNING:
+        return None
+    at = m.last.facts.get("lastRecordedAt")
+    return float(at) if isinstance(at, int | float) else float("-inf")
 
 
 # the definition
