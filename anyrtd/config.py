@@ -31,6 +31,26 @@ class CommandProgram:
 
 
 @dataclass(frozen=True)
+class NoticeSettings:
+    """The `[notices]` table: where notices go (each channel off by default; docs/notices.md)."""
+
+    chat: bool = False
+    """Post each notice to a chat of the space, under the agent's name."""
+    chat_id: str | None = None
+    """The chat's object id; None: the space's general chat."""
+    command: CommandProgram | None = None
+    """A local program that gets each notice as JSON on stdin."""
+    per_hour: int = 30
+    """The most notices sent in any hour; the rest wait their turn."""
+    retries: int = 3
+    """How many more times a failed delivery is tried (1 s, 2 s, 4 s, ... apart)."""
+
+    @property
+    def enabled(self) -> bool:
+        return self.chat or self.command is not None
+
+
+@dataclass(frozen=True)
 class Config:
     server: str = DEFAULT_SERVER
     space: str = "bao"
@@ -49,8 +69,14 @@ class Config:
     takeover_hold_s: float = 60.0
     """The longest a device that gains the active role waits for its predecessor's
     stand-down beat before it claims unassigned triggers (docs/election.md)."""
+    missed_grace_s: float | None = None
+    """How long after it was due an occurrence with no run counts as missed; None: one tick
+    plus the run budget, at least 60 s (anyrtd/missed.py, `default_grace`)."""
+    missed_lookback_s: float = 86_400.0
+    """How far back missed occurrences are looked for."""
     token_file: Path | None = None
     programs: Mapping[str, CommandProgram] = field(default_factory=dict)
+    notices: NoticeSettings = field(default_factory=NoticeSettings)
     source: Path | None = None
 
     @property
@@ -153,6 +179,8 @@ _FLOATS = {
     "full_resync_s",
     "decay_days",
     "takeover_hold_s",
+    "missed_grace_s",
+    "missed_lookback_s",
 }
 _COUNTS = {"runs_kept_per_trigger"}
 _STRINGS = {"server", "space", "agent_name", "listen"}
@@ -183,6 +211,8 @@ def _build(values: dict[str, Any], source: Path | None) -> Config:
             out[key] = Path(str(raw)).expanduser()
         elif key == "programs":
             out[key] = _programs(raw)
+        elif key == "notices":
+            out[key] = _notices(raw)
     return Config(**out)
 
 
@@ -195,6 +225,8 @@ def _positive_float(key: str, raw: Any) -> float:
         ) from None
     if not value > 0 or value == float("inf"):
         example = Config.__dataclass_fields__[key].default
+        if not isinstance(example, float):
+            example = 60.0  # a setting whose default is computed (missed_grace_s)
         raise ConfigError(
             # str(): the same words whether the value came as a flag, a variable or TOML.
             f"config key {key}: must be a number of seconds greater than 0, got {str(raw)!r}; "
@@ -257,21 +289,61 @@ def _listen_address(raw: str) -> None:
 def _programs(raw: Any) -> dict[str, CommandProgram]:
     if not isinstance(raw, dict):
         raise ConfigError('config table programs: expected [programs."name@v1"] tables')
-    table: dict[str, CommandProgram] = {}
-    for name, entry in raw.items():
-        where = f'config table programs."{name}"'
-        if not isinstance(entry, dict):
-            raise ConfigError(f"{where}: expected a table with argv = [...]")
-        argv = entry.get("argv")
-        if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
-            raise ConfigError(
-                f'{where}: argv must be a non-empty list of strings, e.g. ["/bin/true"]'
-            )
-        env = entry.get("env", {})
-        if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
-            raise ConfigError(f"{where}: env must be a table of strings")
-        cwd = entry.get("cwd")
-        if cwd is not None and not isinstance(cwd, str):
-            raise ConfigError(f"{where}: cwd must be a string")
-        table[name] = CommandProgram(argv=tuple(argv), env=dict(env), cwd=cwd)
-    return table
+    return {name: _command(entry, f'config table programs."{name}"') for name, entry in raw.items()}
+
+
+def _command(entry: Any, where: str) -> CommandProgram:
+    """Return a declared command (`argv`, `env`, `cwd`), as the program table declares one."""
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where}: expected a table with argv = [...]")
+    argv = entry.get("argv")
+    if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+        raise ConfigError(f'{where}: argv must be a non-empty list of strings, e.g. ["/bin/true"]')
+    env = entry.get("env", {})
+    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+        raise ConfigError(f"{where}: env must be a table of strings")
+    cwd = entry.get("cwd")
+    if cwd is not None and not isinstance(cwd, str):
+        raise ConfigError(f"{where}: cwd must be a string")
+    return CommandProgram(argv=tuple(argv), env=dict(env), cwd=cwd)
+
+
+_NOTICE_KEYS = ("chat", "chat_id", "command", "per_hour", "retries")
+
+
+def _notices(raw: Any) -> NoticeSettings:
+    """Return the `[notices]` table, or refuse it with the key at fault and an example."""
+    where = "config table notices"
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a table, e.g. [notices] chat = true")
+    unknown = sorted(set(raw) - set(_NOTICE_KEYS))
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown key {unknown[0]!r}; known keys: {', '.join(sorted(_NOTICE_KEYS))}"
+        )
+    chat = raw.get("chat", False)
+    if not isinstance(chat, bool):
+        raise ConfigError(f"{where}: chat must be true or false, got {chat!r}")
+    chat_id = raw.get("chat_id")
+    if chat_id is not None and (not isinstance(chat_id, str) or not chat_id.strip()):
+        raise ConfigError(
+            f"{where}: chat_id must be a chat's object id (a non-empty string), got {chat_id!r}; "
+            "leave it out for the general chat"
+        )
+    command = raw.get("command")
+    return NoticeSettings(
+        chat=chat,
+        chat_id=chat_id,
+        command=None if command is None else _command(command, f"{where}.command"),
+        per_hour=_whole(raw, "per_hour", NoticeSettings.per_hour, 1),
+        retries=_whole(raw, "retries", NoticeSettings.retries, 0),
+    )
+
+
+def _whole(raw: Mapping[str, Any], key: str, default: int, low: int) -> int:
+    value = raw.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ConfigError(
+            f"config table notices: {key} must be a whole number of at least {low}, got {value!r}"
+        )
+    return value

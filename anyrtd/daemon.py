@@ -28,6 +28,7 @@ from anyrtd.metrics import Stats
 from anyrtd.mirror import AsyncMirror, Mirror
 from anyrtd.mirror_guard import MirrorFault
 from anyrtd.model import TriggerDef
+from anyrtd.notices import Answers, Notices
 from anyrtd.outbox import RETRY_S, RUNS, TRIGGERS, WINDOW_S, DrainResult, DrainWake, drain
 from anyrtd.places import Places
 from anyrtd.port import Health, Metrics, TriggerFacts, Triggers, server_reasons
@@ -40,14 +41,13 @@ from anyrtd.sync import TICK_CHANGES, Sync
 from anyrtd.timer import CLEAR_STALL_S, Timer
 from anyrtd.unit import CommitFailed, Unit, is_disk_full
 from anyrtd.vocab import Verdict
-from anyrtd.why_facts import Explains
 
 log = logging.getLogger("anyrtd.daemon")
 
 FEED_WAIT_S = 25.0
 
 
-class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
+class Daemon(Answers):  # `why` and `missed`: anyrtd.why_facts and anyrtd.notices
     """One device's scheduler."""
 
     def __init__(
@@ -131,6 +131,7 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
             runner=self.runner,
             port=self,
         )
+        self.notices = Notices(self)  # missed occurrences and notices (docs/notices.md)
         self.runner.install(CHAT_WATCH_PROGRAM, self.role.chat.converse)
         self.runner.install(
             standing.DECAY_PROGRAM,
@@ -214,6 +215,7 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
             asyncio.create_task(self._loop(self._sync_loop), name="anyrtd-sync"),
             asyncio.create_task(self._loop(self._outbox_loop), name="anyrtd-outbox"),
             asyncio.create_task(self._loop(self.role.follow_spaces), name="anyrtd-spaces"),
+            asyncio.create_task(self._loop(self.notices.loop), name="anyrtd-notices"),
         ]
         if self.gate.poll_interval_s is not None:
             self._tasks.append(
@@ -406,8 +408,8 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
     # responder use
 
     def triggers(self) -> Triggers:
-        r, now = self.records, self.clock.now()
-        return Triggers(self.registry.entries, r.parsed, r.raw, self.peer_id, now)
+        r, e, now = self.records, self.registry.entries, self.clock.now()
+        return Triggers(e, r.parsed, r.raw, self.peer_id, now, *self.notices.found)
 
     def trigger(self, trigger_id: str) -> TriggerFacts | None:
         entry = self.registry.get(trigger_id)

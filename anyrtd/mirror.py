@@ -39,6 +39,7 @@ from sqlalchemy import (
     event,
     false,
     func,
+    or_,
     select,
     text,
     update,
@@ -63,7 +64,7 @@ from anyrtd.mirror_guard import (
     rebuild,
     write_marker,
 )
-from anyrtd.rows import Batch, EntryRow, OutboxItem, RunRow, SetAside
+from anyrtd.rows import Batch, EntryRow, NoticeRow, OutboxItem, RunRow, SetAside
 from anyrtd.vocab import RunStatus
 
 if TYPE_CHECKING:
@@ -155,6 +156,20 @@ tombstones_table = Table(
     Column("id", Text, primary_key=True),
     Column("deleted_at", Float, nullable=False),
 )
+notices_table = Table(
+    "notices",
+    metadata,
+    Column("key", Text, primary_key=True),
+    Column("kind", Text, nullable=False),
+    Column("trigger_id", Text),
+    Column("created_at", Float, nullable=False),
+    Column("notice", Text, nullable=False),
+    Column("pending", Text, nullable=False, server_default=text("''")),
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    Column("next_try_at", Float),
+    Column("last_error", Text),
+    Index("notices_created", "created_at"),
+)
 
 
 class SchemaNotAtHead(MirrorFault):
@@ -184,7 +199,7 @@ def _dumps(value: Any) -> str:
     return _ENCODER.encode(value)
 
 
-SCHEMA_HEAD = "0004"
+SCHEMA_HEAD = "0005"
 """The schema revision this code works on: the head of migrations/ (a test holds them
 equal). A start whose mirror is at it reads the revision without loading Alembic, which
 costs the start about 0.2 s of imports; anything else (a new mirror, an upgrade, a mirror
@@ -616,6 +631,57 @@ class Mirror:
                 )
         self.outbox_changes += 1
 
+    # notices (docs/notices.md)
+
+    def notices_known(self, keys: Iterable[str]) -> set[str]:
+        """Return which of `keys` this mirror has a notice for."""
+        found: set[str] = set()
+        c = notices_table.c
+        with self.engine.connect() as conn:
+            for chunk in _chunks(list(keys), 500):
+                found.update(conn.execute(select(c.key).where(c.key.in_(chunk))).scalars())
+        return found
+
+    def notices_since(self, since: float) -> int:
+        """Return how many notices this device made to deliver at or after `since` (not the
+        ones it found made by another device: nothing left to deliver, never tried)."""
+        c = notices_table.c
+        mine = or_(c.pending != "", c.attempts > 0)
+        q = select(func.count()).select_from(notices_table).where(c.created_at >= since, mine)
+        with self.engine.connect() as conn:
+            return int(conn.execute(q).scalar_one())
+
+    def notices_due(self, now: float) -> list[NoticeRow]:
+        """Return the notices with channels left to try at `now`, oldest first."""
+        c = notices_table.c
+        q = (
+            select(notices_table)
+            .where(c.pending != "", or_(c.next_try_at.is_(None), c.next_try_at <= now))
+            .order_by(c.created_at)
+        )
+        with self.engine.connect() as conn:
+            return [_notice(r) for r in conn.execute(q)]
+
+    def save_notice(self, row: NoticeRow) -> None:
+        """Write a notice's row, new or updated."""
+        values = {
+            "key": row.key,
+            "kind": row.kind,
+            "trigger_id": row.trigger_id,
+            "created_at": row.created_at,
+            "notice": _dumps(row.notice),
+            "pending": " ".join(row.pending),
+            "attempts": row.attempts,
+            "next_try_at": row.next_try_at,
+            "last_error": row.last_error,
+        }
+        stmt = sqlite_insert(notices_table).values(values)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["key"], set_={k: stmt.excluded[k] for k in values if k != "key"}
+        )
+        with self._writing() as conn:
+            conn.execute(stmt)
+
     def prune_runs(self, before: float) -> int:
         """Delete finished runs that started before `before`; return how many."""
         with self.engine.begin() as conn:
@@ -778,6 +844,20 @@ def _entry_row(r: Sequence[Any]) -> EntryRow:
 def _entry_values(e: EntryRow) -> tuple[Any, ...]:
     """Return an entry's values in the order of the `entries` table's columns."""
     return tuple(getattr(e, name) for name in _ENTRY_COLS)
+
+
+def _notice(r: Any) -> NoticeRow:
+    return NoticeRow(
+        key=r.key,
+        kind=r.kind,
+        trigger_id=r.trigger_id,
+        created_at=r.created_at,
+        notice=json.loads(r.notice),
+        pending=tuple(r.pending.split()),
+        attempts=r.attempts,
+        next_try_at=r.next_try_at,
+        last_error=r.last_error,
+    )
 
 
 def _run(r: Any) -> RunRow:

@@ -8,7 +8,7 @@ this protocol; the control API's tests also run against a small fake of it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -16,9 +16,11 @@ from anyrtd.client import Reach
 from anyrtd.firing import NotDurable, TooManyRuns
 from anyrtd.history import TRIGGER_RUNS, RunHistory
 from anyrtd.metrics import Stats
+from anyrtd.missed import Missed
 from anyrtd.model import Malformed, TriggerDef
 from anyrtd.registry import Entry
 from anyrtd.rows import RunRow
+from anyrtd.watch import MissedFacts
 from anyrtd.why import Answer
 
 
@@ -32,6 +34,10 @@ class Triggers:
     """The record as the server showed it (for records that did not parse)."""
     peer_id: str | None
     now: float
+    missed: Mapping[str, Missed] = field(default_factory=dict)
+    """The triggers that missed occurrences at the missed watch's last pass, by id."""
+    missed_totals: Mapping[str, int] = field(default_factory=dict)
+    """Missed occurrences counted since the daemon started, by trigger id."""
 
 
 @dataclass(frozen=True)
@@ -140,6 +146,11 @@ class Port(Protocol):
         """Return one run on this device."""
         ...
 
+    async def missed(self, trigger_id: str) -> MissedFacts:
+        """Return a trigger's missed occurrences as of now (anyrtd/missed.py), its runs on every
+        device answering the occurrences they ran."""
+        ...
+
     async def why(self, trigger_id: str) -> Answer:
         """Return whether a trigger fires on this device and, if not, every reason (why.py)."""
         ...
@@ -171,6 +182,7 @@ class Port(Protocol):
 __all__ = [
     "Health",
     "Metrics",
+    "MissedFacts",
     "NotDurable",
     "Port",
     "TooManyRuns",

@@ -90,6 +90,23 @@ class SetAside:
     error: str
 
 
+@dataclass(frozen=True)
+class NoticeRow:
+    """A notice this device sent or is sending (docs/notices.md): the channels left to try."""
+
+    key: str
+    kind: str
+    trigger_id: str | None
+    created_at: float
+    notice: Mapping[str, Any]
+    """The notice as its JSON says it."""
+    pending: tuple[str, ...]
+    """The channels not delivered yet; empty once every one was, or was given up."""
+    attempts: int = 0
+    next_try_at: float | None = None
+    last_error: str | None = None
+
+
 @dataclass(slots=True)
 class Batch:
     """Everything one step of the daemon writes, committed as one transaction."""

@@ -1,5 +1,6 @@
 """The words of anyrtd, spelled once: kinds, run statuses, `lastStatus` values, markers,
-verdicts, trigger states, the rollup's field names and the `anyrt-<pid>` stamp.
+verdicts, trigger states, the causes of a missed occurrence, notices, the rollup's field
+names and the `anyrt-<pid>` stamp.
 
 Every other module, the OpenAPI document, the CLI's choices and the views take them from
 here. `StrEnum` members are `str`s, so they compare equal to the plain words read from a
@@ -115,6 +116,39 @@ class Cause(StrEnum):
     FAILING = "failing"
     RUNNING = "running"
     OVERLAP_SKIPS = "overlap_skips"
+    MISSED = "missed"
+
+
+class MissCause(StrEnum):
+    """Why an occurrence of a trigger did not run (`GET /triggers/:id/missed`, notices)."""
+
+    OWNER_NOT_RUNNING = "owner_not_running"
+    """The owner device has recorded nothing since before the occurrence."""
+    OWNER_PRUNED = "owner_pruned"
+    OWNER_UNKNOWN = "owner_unknown"
+    """The devices registry has no row for the owner's peer id."""
+    UNASSIGNED = "unassigned"
+    THIS_DEVICE_DOWN = "this_device_down"
+    DISABLED = "disabled"
+    AUTO_DISABLED = "auto_disabled"
+    OVERLAP_SKIP = "overlap_skip"
+    UNKNOWN = "unknown"
+
+
+class NoticeKind(StrEnum):
+    """What a notice tells (docs/notices.md)."""
+
+    MISSED = "missed"
+    AUTO_DISABLED = "auto_disabled"
+    ONCE_FAILED = "once_failed"
+    SET_ASIDE = "set_aside"
+
+
+class NoticeChannel(StrEnum):
+    """Where a notice goes: a chat of the space, or a local command."""
+
+    CHAT = "chat"
+    COMMAND = "command"
 
 
 class RollupField(StrEnum):

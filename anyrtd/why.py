@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from anyrtd.missed import Missed, iso
 from anyrtd.model import Malformed, TriggerDef, marker_reason
 from anyrtd.registry import Entry
 from anyrtd.vocab import (
@@ -23,6 +24,7 @@ from anyrtd.vocab import (
     Kind,
     LastStatus,
     Marker,
+    MissCause,
     RollupField,
     Verdict,
     is_unassigned,
@@ -92,6 +94,8 @@ class WhyFacts:
     """The next fires of this device's armed entry."""
     spec_fires: Sequence[float] = ()
     """The next occurrences of the spec from now, wherever it runs (for another device)."""
+    missed: Missed | None = None
+    """Its missed occurrences (anyrtd/missed.py), wherever it is pinned."""
 
 
 @dataclass(frozen=True)
@@ -254,6 +258,14 @@ def _placement(facts: WhyFacts, defn: TriggerDef) -> list[Reason]:
             UNKNOWN: f"it is pinned to {shown}, which the devices registry does not list: "
             "it fires nowhere unless that device comes back",
         }[state]
+        silent = _silent_since(facts)
+        if state == LIVE and silent is not None:
+            since = f"since {iso(silent)}" if silent != float("-inf") else "at all"
+            text = (
+                f"it is pinned to another device, {shown}, which is live in the devices "
+                f"registry but has recorded nothing {since}: it fires there while its anyrtd "
+                "runs"
+            )
         return [
             Reason(
                 Cause.PINNED_ELSEWHERE,
@@ -287,6 +299,16 @@ def _placement(facts: WhyFacts, defn: TriggerDef) -> list[Reason]:
         )
         return [Reason(Cause.TAKEOVER_HOLD, text, {"owner": owner, **hold}, "anyrtd election")]
     return []
+
+
+def _silent_since(facts: WhyFacts) -> float | None:
+    """Return since when the owner has recorded nothing, when its silence is why the trigger
+    missed occurrences (-inf: nothing at all); else None."""
+    m = facts.missed
+    if m is None or m.last.cause != MissCause.OWNER_NOT_RUNNING:
+        return None
+    at = m.last.facts.get("lastRecordedAt")
+    return float(at) if isinstance(at, int | float) else float("-inf")
 
 
 # the definition
@@ -468,7 +490,33 @@ def _notes(facts: WhyFacts, defn: TriggerDef, entry: Entry | None) -> list[Reaso
                 blocking=False,
             )
         )
+    if facts.missed is not None:
+        out.append(missed_reason(facts.missed))
     return out
+
+
+MISSED_LISTED = 5
+"""The newest missed occurrences a `why` lists (`GET /triggers/:id/missed` has them all)."""
+
+
+def missed_reason(m: Missed) -> Reason:
+    """Return the note that a trigger missed occurrences, the newest listed with their causes."""
+    n = f"{m.count}{'+' if m.capped else ''}"
+    last = m.last
+    return Reason(
+        Cause.MISSED,
+        f"it missed {n} occurrence{'s' if m.count != 1 else ''} since {iso(m.since)}, "
+        f"the last at {iso(last.at)}: {last.text}",
+        {
+            "missed": m.count,
+            "occurrences": [
+                {"at": o.at, "cause": o.cause, "text": o.text}
+                for o in m.occurrences[:MISSED_LISTED]
+            ],
+        },
+        last.fix,
+        blocking=False,
+    )
 
 
 __all__ = [
@@ -482,4 +530,5 @@ __all__ = [
     "device_state",
     "explain",
     "malformed_field",
+    "missed_reason",
 ]

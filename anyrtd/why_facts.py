@@ -7,14 +7,13 @@ The daemon's port method `why` is this module's `ask`.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import Any, Protocol
 
 from anyrtd.claims import Fence
-from anyrtd.client import ServerClient, ServerError, ServerUnavailable
+from anyrtd.client import ServerClient
 from anyrtd.clock import Clock
-from anyrtd.election import APP, Gate
+from anyrtd.election import Gate
 from anyrtd.metrics import Stats
 from anyrtd.model import TriggerDef
 from anyrtd.records import RecordCache
@@ -23,13 +22,20 @@ from anyrtd.rows import RunRow
 from anyrtd.runner import Runner
 from anyrtd.schedule import preview
 from anyrtd.sync import Sync
-from anyrtd.vocab import DeviceState, Kind, RunStatus, Verdict
-from anyrtd.why import LIVE, PRUNED, Answer, Failure, WhyFacts, explain
+from anyrtd.vocab import Kind, RunStatus, Verdict
+from anyrtd.watch import Watch, read_devices
+from anyrtd.why import Answer, Failure, WhyFacts, explain
 
-REGISTRY_WAIT_S = 3.0
 NEXT_FIRES = 5
 LAST_ERRORS = 3
 RUNS_READ = 50
+
+
+class Watching(Protocol):
+    """What holds the missed watch (anyrtd/notices.py's `Notices`)."""
+
+    @property
+    def watch(self) -> Watch: ...
 
 
 class Parts(Protocol):
@@ -43,6 +49,7 @@ class Parts(Protocol):
     runner: Runner
     stats: Stats
     clock: Clock
+    notices: Watching
 
     @property
     def client(self) -> ServerClient: ...
@@ -75,7 +82,7 @@ async def gather(parts: Parts, trigger_id: str) -> WhyFacts:
     entry = parts.registry.get(trigger_id)
     parsed = parts.records.parsed.get(trigger_id)
     defn = parsed if isinstance(parsed, TriggerDef) else entry.defn if entry else None
-    devices, names = await _registry(parts.client)
+    devices, names = await read_devices(parts.client)
     verdict = parts.gate.verdict
     fence = parts.fence
     hold: dict[str, Any] | None = None
@@ -90,6 +97,7 @@ async def gather(parts: Parts, trigger_id: str) -> WhyFacts:
         may_claim = fence.may_claim(now)
     failures: list[Failure] = []
     consumed_run: str | None = None
+    rows: Sequence[RunRow] = ()
     if defn is not None:
         rows = await parts.runs(trigger_id=trigger_id, limit=RUNS_READ)
         failures = [
@@ -117,25 +125,10 @@ async def gather(parts: Parts, trigger_id: str) -> WhyFacts:
         overlap_skips=parts.stats.overlap_by_trigger.get(trigger_id, 0),
         next_fires=_next_fires(entry),
         spec_fires=preview(defn, now, NEXT_FIRES) if defn is not None and defn.enabled else (),
+        missed=parts.notices.watch.of(
+            trigger_id, now, peer, [r.scheduled_at for r in rows if r.scheduled_at is not None]
+        ),
     )
-
-
-async def _registry(
-    client: ServerClient,
-) -> tuple[dict[str, DeviceState] | None, dict[str, str]]:
-    """Return each device's state (`live`, `pruned`) and name, or None when unread."""
-    try:
-        view = await asyncio.wait_for(client.devices(), timeout=REGISTRY_WAIT_S)
-    except (ServerUnavailable, ServerError, TimeoutError):
-        return None, {}
-    if view is None:
-        return None, {}
-    states = {d.peer_id: PRUNED if d.deleted else LIVE for d in view.devices}
-    names = {d.peer_id: d.name for d in view.devices if d.name}
-    winner = view.active.get(APP)
-    if winner and winner not in states:
-        states[winner] = LIVE
-    return states, names
 
 
 def _next_fires(entry: Entry | None) -> list[float]:

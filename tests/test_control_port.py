@@ -18,8 +18,9 @@ from anyrtd.client import ServerUnavailable
 from anyrtd.control.api import make_app
 from anyrtd.history import RunHistory
 from anyrtd.metrics import Stats
+from anyrtd.missed import Scene, Watched, missed_of
 from anyrtd.model import Malformed, TriggerDef, parse_record
-from anyrtd.port import Health, Metrics, Port, TriggerFacts, Triggers
+from anyrtd.port import Health, Metrics, MissedFacts, Port, TriggerFacts, Triggers
 from anyrtd.registry import Entry, new_row
 from anyrtd.rows import RunRow
 from anyrtd.vocab import HistorySource, RunStatus, Verdict
@@ -102,6 +103,15 @@ class FakePort:
 
     async def run(self, run_id: str) -> RunRow | None:
         return next((r for r in self.run_rows if r.run_id == run_id), None)
+
+    async def missed(self, trigger_id: str) -> MissedFacts:
+        parsed = self._parsed().get(trigger_id)
+        if not isinstance(parsed, TriggerDef):
+            return MissedFacts(trigger_id, None, 60.0, 86400.0, NOW)
+        # Pinned to a device that recorded nothing: every occurrence of the last day missed.
+        watched = Watched(parsed, NOW - 86400.0)
+        scene = Scene(now=NOW, grace_s=60.0, peer_id="someone-else", devices=None)
+        return MissedFacts(trigger_id, missed_of(watched, scene, {}), 60.0, 86400.0, NOW)
 
     def health(self) -> Health:
         return Health(
@@ -327,3 +337,15 @@ async def test_why_answers_for_any_id_from_the_port(http: TestClient[Any, Any]) 
         "tripped": ["auto_disabled"],
         "nope": ["unknown"],
     }
+
+
+async def test_missed_answers_from_the_port_for_a_known_trigger(
+    http: TestClient[Any, Any],
+) -> None:
+    resp = await http.get("/triggers/daily/missed")
+    assert resp.status == 200
+    body = await resp.json()
+    assert body["id"] == "daily" and body["count"] == 1 and body["graceS"] == 60.0
+    (newest,) = body["occurrences"]
+    assert newest["cause"] == "owner_not_running" and newest["fix"].startswith("start anyrtd")
+    assert (await http.get("/triggers/nope/missed")).status == 404

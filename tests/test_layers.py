@@ -55,12 +55,15 @@ FLOW: tuple[tuple[str, ...], ...] = (
     ("anyrtd.firing",),
     ("anyrtd.timer",),
     ("anyrtd.history",),
+    ("anyrtd.missed",),
+    ("anyrtd.watch",),
     ("anyrtd.why",),
     # the port its readers use, the chat responder, and the active role
     ("anyrtd.port",),
     ("anyrtd.chat",),
     ("anyrtd.role",),
     ("anyrtd.why_facts",),
+    ("anyrtd.notices",),
     # the wiring, the control API, the process
     ("anyrtd.daemon",),
     ("anyrtd.control.guard",),

@@ -21,6 +21,7 @@ DECLARED_INDEXES = {
         "runs_status": ["status"],
         "runs_started": ["started_at"],
     },
+    "notices": {"notices_created": ["created_at"]},
 }
 
 

@@ -111,12 +111,19 @@ def triggers_table(items: list[dict[str, Any]], me: str | None, now: float, sort
             fmt.owner(t.get("owner"), me),
             "yes" if t.get("enabled") else "no",
             fmt.when(t["nextFire"], now) if t.get("nextFire") else f"({t.get('state')})",
-            str(t.get(RollupField.LAST_STATUS) or "-"),
+            str(t.get(RollupField.LAST_STATUS) or "-") + _missed_mark(t.get("missed")),
         ]
         for t in sorted(items, key=key)
     ]
     headers = ["ID", "KIND", "SCHEDULE", "OWNER", "ENABLED", "NEXT FIRE", "LAST STATUS"]
     return fmt.table(headers, rows)
+
+
+def _missed_mark(missed: Any) -> str:
+    """Return the mark of a trigger that missed occurrences: `, missed 3` (empty: none)."""
+    if not isinstance(missed, Mapping) or not missed.get("count"):
+        return ""
+    return f", missed {missed['count']}{'+' if missed.get('capped') else ''}"
 
 
 def _listing(ctl: ControlClient, everything: bool, sort: str) -> str:
@@ -296,12 +303,17 @@ def _reason_lines(bullet: str, reason: Mapping[str, Any]) -> list[str]:
     lines = [f"{bullet} {fmt.field(reason.get('text'))}"]
     facts = {k: v for k, v in (reason.get("facts") or {}).items() if v not in (None, [], {})}
     errors = facts.pop("lastErrors", None)
+    missed = facts.pop("occurrences", None)
     if facts:
         lines.append(f"{pad}fact: " + ", ".join(f"{k}={fmt.compact(v)}" for k, v in facts.items()))
     for error in errors or []:
         text = one_line(str(error.get("error") or "(no error text)"))
         at = fmt.clock(error.get("startedAt"))
         lines.append(f"{pad}error: run {error.get('runId')} at {at}: {text}")
+    for occurrence in missed or []:
+        at = fmt.clock(occurrence.get("at"))
+        text = one_line(str(occurrence.get("text") or ""))
+        lines.append(f"{pad}missed: {at} ({occurrence.get('cause')}): {text}")
     if reason.get("fix"):
         lines.append(f"{pad}fix:  {fmt.field(reason['fix'])}")
     return lines

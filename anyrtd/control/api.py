@@ -32,6 +32,7 @@ from anyrtd.control.page import add_routes as add_page_routes
 from anyrtd.control.views import (
     ListCache,
     metrics_text,
+    missed_view,
     run_detail,
     run_summary,
     trigger_state,
@@ -105,6 +106,7 @@ def make_app(
     app.router.add_patch("/triggers/{id}", patch_trigger)
     app.router.add_get("/triggers/{id}/runs", trigger_runs)
     app.router.add_get("/triggers/{id}/why", trigger_why)
+    app.router.add_get("/triggers/{id}/missed", trigger_missed)
     app.router.add_post("/triggers/{id}/enable", enable_trigger)
     app.router.add_post("/triggers/{id}/disable", disable_trigger)
     app.router.add_post("/triggers/{id}/run", run_trigger)
@@ -151,7 +153,13 @@ def _port(request: web.Request) -> Port:
 
 def _view(facts: TriggerFacts, *, detail: bool) -> dict[str, Any]:
     return trigger_view(
-        facts.id, facts.entry, facts.parsed, facts.raw, facts.peer_id, facts.now, detail=detail
+        facts.id,
+        facts.entry,
+        facts.parsed,
+        facts.raw,
+        facts.peer_id,
+        facts.now,
+        detail=detail,
     )
 
 
@@ -270,7 +278,7 @@ async def list_triggers(request: web.Request) -> web.Response:
     if everything:
         ids.update(known.parsed)
     body = request.app[LIST_CACHE].render(
-        sorted(ids), known.entries, known.parsed, known.raw, known.peer_id, known.now
+        sorted(ids), known.entries, known.parsed, known.raw, known.peer_id, known.now, known.missed
     )
     return web.Response(body=body, content_type="application/json")
 
@@ -298,6 +306,12 @@ async def trigger_why(request: web.Request) -> web.Response:
     """GET /triggers/:id/why: will it fire here; if not, every reason and its fix."""
     answer = await _port(request).why(_trigger_id(request))
     return web.json_response(why_view(answer))
+
+
+async def trigger_missed(request: web.Request) -> web.Response:
+    """GET /triggers/:id/missed: the occurrences it missed, newest first, each with its cause."""
+    port, facts = _known(request)
+    return web.json_response(missed_view(await port.missed(facts.id)))
 
 
 async def patch_trigger(request: web.Request) -> web.Response:
@@ -482,6 +496,12 @@ async def metrics(request: web.Request) -> web.Response:
     port = _port(request)
     known = port.triggers()
     states: Counter[str] = Counter()
+    last_runs = {
+        tid: item.rollup.last_run_at
+        for tid in known.parsed
+        if isinstance(item := known.parsed.get(tid), TriggerDef)
+        and item.kind in (Kind.CRON, Kind.ONCE)
+    }
     for tid, entry in known.entries.items():
         item = known.parsed.get(tid)
         last_status = item.rollup.last_status if isinstance(item, TriggerDef) else None
@@ -496,6 +516,8 @@ async def metrics(request: web.Request) -> web.Response:
         last_tick_age=facts.last_tick_age,
         peer_id=facts.peer_id,
         version=__version__,
+        last_runs=last_runs,
+        missed_totals=known.missed_totals,
     )
     gate = request.app.get(GATE)
     if gate is not None:

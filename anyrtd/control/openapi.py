@@ -12,6 +12,7 @@ from anyrtd.vocab import (
     DeviceState,
     HistorySource,
     Kind,
+    MissCause,
     RollupField,
     RunStatus,
     TriggerState,
@@ -118,6 +119,56 @@ _SCHEMAS: dict[str, Any] = {
             "armedAt": _NUM_OR_NULL,
             "claimedAt": _NUM_OR_NULL,
             "version": {"type": ["integer", "null"]},
+            "missed": {
+                "oneOf": [{"type": "null"}, _ref("MissedSummary")],
+                "description": "Its missed occurrences at the missed watch's last pass "
+                "(null: none; docs/notices.md).",
+            },
+        },
+    },
+    "MissedSummary": {
+        "type": "object",
+        "required": ["count", "capped", "since", "lastAt", "cause", "text", "at"],
+        "properties": {
+            "count": {"type": "integer"},
+            "capped": {"type": "boolean", "description": "More may have been missed."},
+            "since": {"type": "number", "description": "Where the look-back started."},
+            "lastAt": {"type": "number", "description": "The newest missed occurrence."},
+            "cause": {"enum": list(MissCause)},
+            "text": {"type": "string"},
+            "at": {
+                "type": "array",
+                "items": {"type": "number"},
+                "description": "The newest missed occurrences (at most 20).",
+            },
+        },
+    },
+    "Missed": {
+        "type": "object",
+        "required": ["id", "count", "capped", "since", "occurrences", "graceS", "lookbackS", "now"],
+        "properties": {
+            "id": {"type": "string"},
+            "count": {"type": "integer"},
+            "capped": {"type": "boolean"},
+            "since": _NUM_OR_NULL,
+            "occurrences": {
+                "type": "array",
+                "description": "Newest first (at most 20; `count` has them all).",
+                "items": {
+                    "type": "object",
+                    "required": ["at", "cause", "text", "fix", "facts"],
+                    "properties": {
+                        "at": {"type": "number"},
+                        "cause": {"enum": list(MissCause)},
+                        "text": {"type": "string"},
+                        "fix": _STR_OR_NULL,
+                        "facts": {"type": "object"},
+                    },
+                },
+            },
+            "graceS": {"type": "number"},
+            "lookbackS": {"type": "number"},
+            "now": {"type": "number"},
         },
     },
     "TriggerPatch": {
@@ -332,6 +383,15 @@ def _paths() -> dict[str, Any]:
                 "deleted or unknown (an unknown id answers 200 with the reason `unknown`).",
                 "parameters": [_ID_PARAM],
                 "responses": {"200": _json(_ref("Why"), "The answer."), **_errors(400)},
+            }
+        },
+        "/triggers/{id}/missed": {
+            "get": {
+                "summary": "The occurrences it missed, newest first, each with its cause.",
+                "description": "Any device answers for any cron or once trigger of the space, "
+                "wherever it is pinned (docs/notices.md).",
+                "parameters": [_ID_PARAM],
+                "responses": {"200": _json(_ref("Missed"), "The answer."), **_errors(404)},
             }
         },
         "/triggers/{id}/enable": {

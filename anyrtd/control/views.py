@@ -11,7 +11,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from anyrtd.metrics import Histogram, Stats
+from anyrtd.missed import Missed, Occurrence
 from anyrtd.model import Malformed, TriggerDef, marker_reason
+from anyrtd.port import MissedFacts
 from anyrtd.registry import Entry
 from anyrtd.rows import RunRow
 from anyrtd.runs import run_record
@@ -68,6 +70,7 @@ def trigger_view(
     now: float,
     *,
     detail: bool = False,
+    missed: Missed | None = None,
 ) -> dict[str, Any]:
     """Return the control API's view of one trigger (a registry entry or a known record)."""
     defn = _shown(trigger_id, entry, parsed, raw)
@@ -98,6 +101,7 @@ def trigger_view(
         "nextFire": next_fire,
         "nextFires": [] if next_fire is None else [next_fire],
         "version": defn.version,
+        "missed": missed_summary(missed),
     }
     if detail:
         view.update(
@@ -150,6 +154,7 @@ class ListCache:
         raw: Callable[[str], Mapping[str, Any] | None],
         peer_id: str | None,
         now: float,
+        missed: Mapping[str, Missed] | None = None,
     ) -> bytes:
         """Return the JSON array of the list views of `ids`, in that order."""
         fresh: dict[str, tuple[tuple[Any, ...], bytes]] = {}
@@ -158,6 +163,7 @@ class ListCache:
             entry = entries.get(tid)
             item = parsed.get(tid)
             key: tuple[Any, ...] = (item, entry, peer_id)
+            gap = missed.get(tid) if missed else None
             if entry is not None:
                 row = entry.row
                 key += (
@@ -171,12 +177,13 @@ class ListCache:
                     row.claimed_at,
                     row.consumed,
                 )
+            key += (gap,)  # compared by equality: a pass gives a new one, often the same
             cached = self._items.get(tid)
             if cached is not None and _same(cached[0], key):
                 data = cached[1]
             else:
                 source = None if isinstance(item, TriggerDef) else raw(tid)
-                view = trigger_view(tid, entry, item, source, peer_id, now)
+                view = trigger_view(tid, entry, item, source, peer_id, now, missed=gap)
                 data = json.dumps(view, separators=(",", ":")).encode()
             fresh[tid] = (key, data)
             parts.append(data)
@@ -220,6 +227,46 @@ def why_view(answer: Answer) -> dict[str, Any]:
             for r in answer.reasons
         ],
         "now": answer.now,
+    }
+
+
+MISSED_TIMES = 20
+"""The newest missed occurrence times a trigger's list view carries (the timeline's marks)."""
+
+
+def missed_summary(m: Missed | None) -> dict[str, Any] | None:
+    """Return what a trigger's list view says of its missed occurrences (null: none)."""
+    if m is None:
+        return None
+    last = m.last
+    return {
+        "count": m.count,
+        "capped": m.capped,
+        "since": m.since,
+        "lastAt": last.at,
+        "cause": last.cause,
+        "text": last.text,
+        "at": [o.at for o in m.occurrences[:MISSED_TIMES]],
+    }
+
+
+def occurrence_view(o: Occurrence) -> dict[str, Any]:
+    """Return one missed occurrence as the API shows it."""
+    return {"at": o.at, "cause": o.cause, "text": o.text, "fix": o.fix, "facts": dict(o.facts)}
+
+
+def missed_view(facts: MissedFacts) -> dict[str, Any]:
+    """Return the answer of `GET /triggers/:id/missed`."""
+    m = facts.missed
+    return {
+        "id": facts.id,
+        "count": m.count if m is not None else 0,
+        "capped": m.capped if m is not None else False,
+        "since": m.since if m is not None else None,
+        "occurrences": [occurrence_view(o) for o in m.occurrences] if m is not None else [],
+        "graceS": facts.grace_s,
+        "lookbackS": facts.lookback_s,
+        "now": facts.now,
     }
 
 
@@ -308,8 +355,13 @@ def metrics_text(
     peer_id: str | None,
     version: str,
     outbox_set_aside: int = 0,
+    last_runs: Mapping[str, float | None] | None = None,
+    missed_totals: Mapping[str, int] | None = None,
 ) -> str:
-    """Return the Prometheus text exposition of the daemon's state."""
+    """Return the Prometheus text exposition of the daemon's state.
+
+    `last_runs` is every cron and `once` trigger of the space with its `lastRunAt` (None:
+    never ran); each gets a missed-occurrences count, zero or not."""
     lines: list[str] = [
         "# HELP anyrtd_info The running anyrtd: version and peer id.",
         "# TYPE anyrtd_info gauge",
@@ -373,4 +425,32 @@ def metrics_text(
             "# TYPE anyrtd_last_tick_age_seconds gauge",
             f"anyrtd_last_tick_age_seconds {last_tick_age:.3f}",
         ]
+    _trigger_lines(lines, last_runs or {}, missed_totals or {})
     return "\n".join(lines) + "\n"
+
+
+def _trigger_lines(
+    lines: list[str], last_runs: Mapping[str, float | None], totals: Mapping[str, int]
+) -> None:
+    """Add the per-trigger series: missed occurrences and the last run's time."""
+    ids = sorted(set(last_runs) | set(totals))
+    lines += [
+        "# HELP anyrtd_missed_occurrences_total Occurrences of a trigger that did not run, "
+        "counted since the daemon started (docs/notices.md).",
+        "# TYPE anyrtd_missed_occurrences_total counter",
+    ]
+    for tid in ids:
+        lines.append(
+            f'anyrtd_missed_occurrences_total{{trigger="{_escape(tid)}"}} {totals.get(tid, 0)}'
+        )
+    lines += [
+        "# HELP anyrtd_trigger_last_run_timestamp_seconds When a trigger last ran (its record's "
+        "lastRunAt), whatever device ran it; a trigger that never ran has no series.",
+        "# TYPE anyrtd_trigger_last_run_timestamp_seconds gauge",
+    ]
+    for tid in ids:
+        at = last_runs.get(tid)
+        if at is not None:
+            lines.append(
+                f'anyrtd_trigger_last_run_timestamp_seconds{{trigger="{_escape(tid)}"}} {at!r}'
+            )

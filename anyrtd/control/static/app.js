@@ -305,6 +305,13 @@ async function loadWords() {
       next.append(svg("title", {}, `next fire ${when(opts.nextFire)}`));
       root.append(next);
     }
+    // A missed occurrence (GET /triggers's `missed.at`): a red ring where it was due.
+    for (const at of opts.missed || []) {
+      if (at < t0 || at > t1) continue;
+      const mark = svg("circle", { class: "missed", cx: x(at).toFixed(2), cy: top + h / 2, r: 3.5, "data-at": at });
+      mark.append(svg("title", {}, `missed ${when(at)}${opts.missedText ? ": " + opts.missedText : ""}`));
+      root.append(mark);
+    }
     for (const run of runs) {
       const end = run.endedAt ?? now;
       if (end < t0 || run.startedAt > t1) continue;
@@ -369,6 +376,8 @@ async function loadWords() {
       .filter(Boolean).join(", ");
     const auto = d.triggers.filter((t) => t.state === STATE.AUTO_DISABLED).length;
     const malformed = d.triggers.filter((t) => t.state === STATE.MALFORMED).length;
+    const missed = d.triggers.filter((t) => t.missed);
+    const missedNote = missed.slice(0, 3).map((t) => `${t.id}: ${t.missed.text}`).join("; ");
     const tick = h.lastTickAgeS === null || h.lastTickAgeS === undefined ? "no tick yet" : `last tick ${h.lastTickAgeS.toFixed(1)} s ago`;
     const server = h.serverResolved ? "reachable" : "not yet";
     const cards = [
@@ -377,6 +386,7 @@ async function loadWords() {
       card("outbox", d.outboxDepth ?? "?", d.outboxDepth ? "warn" : "good", "writes waiting for the server", "h-outbox"),
       card("markers", markers, markers ? "bad" : "good", markerNote || "every held trigger can fire", "h-markers"),
       card("auto-disabled", auto, auto ? "bad" : "good", "breaker tripped: enable to reset", "h-auto"),
+      card("missed", missed.length, missed.length ? "bad" : "good", missedNote || "every trigger ran when due", "h-missed"),
       card("election", electionVerdict(d.election), d.election && d.election.verdict === W.Verdict.ACTIVE ? "good" : "warn", electionNote(d.election), "h-election"),
     ];
     if (malformed) cards.push(card("malformed", malformed, "bad", "records the daemon skips", "h-malformed"));
@@ -451,6 +461,7 @@ async function loadWords() {
       seen.add(t.id);
       row.tr.dataset.state = t.state;
       row.tr.dataset.enabled = String(t.enabled);
+      row.tr.dataset.missed = String(t.missed ? t.missed.count : 0);
       row.tr.classList.toggle("selected", view.selected === t.id);
       fill(row, "id", t.id + t.name, () => [t.id, t.name && t.name !== t.id ? el("span", { class: "name" }, t.name) : null]);
       fill(row, "schedule", JSON.stringify([t.spec, t.program]), () => [
@@ -463,10 +474,13 @@ async function loadWords() {
       fill(row, "next", `${t.nextFire}|${Math.round((t.nextFire ?? 0) - now)}`, () =>
         t.nextFire === null ? el("span", { class: "muted" }, "—")
           : [when(t.nextFire), el("span", { class: "sub" }, ago(t.nextFire - now))]);
-      fill(row, "last", `${t.lastStatus}|${t.lastRunAt}|${t.consecutiveFailures}|${Math.round(now - (t.lastRunAt ?? now))}`, () =>
+      const missedKey = t.missed ? `${t.missed.count}|${t.missed.cause}` : "";
+      fill(row, "last", `${t.lastStatus}|${t.lastRunAt}|${t.consecutiveFailures}|${Math.round(now - (t.lastRunAt ?? now))}|${missedKey}`, () => [
         t.lastStatus === null ? el("span", { class: "muted" }, t.runCount || t.lastRunAt ? "—" : "never ran")
           : [badge(t.lastStatus), el("span", { class: "sub" },
-            (t.lastRunAt ? ago(t.lastRunAt - now) : "") + (t.consecutiveFailures ? ` · ${t.consecutiveFailures} failures in a row` : ""))]);
+            (t.lastRunAt ? ago(t.lastRunAt - now) : "") + (t.consecutiveFailures ? ` · ${t.consecutiveFailures} failures in a row` : ""))],
+        t.missed ? el("span", { class: "sub missed", title: t.missed.text }, `missed ${t.missed.count}${t.missed.capped ? "+" : ""}: ${t.missed.cause}`) : null,
+      ].flat());
       fill(row, "owner", `${t.owner}|${me}|${winner}`, () => {
         const parts = [el("span", { title: t.owner || "unassigned" }, shortPeer(t.owner))];
         if (t.owner && t.owner === me) parts.push(" ", badge("this device", "here"));
@@ -475,7 +489,8 @@ async function loadWords() {
       });
       const runs = byTrigger.get(t.id) || [];
       // The timeline moves with the clock: redraw it on every poll.
-      row.cells.runs.replaceChildren(timeline(runs, t0, t1, now, 240, 26, { nextFire: t.nextFire }));
+      row.cells.runs.replaceChildren(timeline(runs, t0, t1, now, 240, 26, {
+        nextFire: t.nextFire, missed: t.missed ? t.missed.at : [], missedText: t.missed ? t.missed.text : "" }));
       row.cells.runs.dataset.runs = String(runs.length);
       row.cells.runs.dataset.runIds = runs.map((r) => r.runId).join(" ");
       const action = t.enabled ? "disable" : "enable";
@@ -496,7 +511,7 @@ async function loadWords() {
     const adopted = d.triggers.filter((t) => t.adopted).length;
     $("counts").textContent = `${d.triggers.length} records, ${adopted} held by this device`;
     $("legend").replaceChildren(...STATUSES.flatMap((s) => [el("i", { class: `run-${s}` }), s]),
-      el("i", { class: "late" }), "late start");
+      el("i", { class: "late" }), "late start", el("i", { class: "missed" }), "missed");
   }
 
   function select(id) {
