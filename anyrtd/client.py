@@ -10,9 +10,9 @@ import asyncio
 import json
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote, urlsplit
 
 if TYPE_CHECKING:  # a local CLI command imports this module's types, not aiohttp
@@ -49,6 +49,15 @@ class Unsendable(ServerError):
 
 class ServerUnavailable(Exception):
     """The server could not be reached (connection refused, timeout, a 5xx)."""
+
+
+class Pace(Protocol):
+    """What a large feed page waits for before it is decoded (the daemon's timer: a decode
+    holds the event loop for milliseconds, and must not hold up a start)."""
+
+    async def clear_of(self) -> None:
+        """Return when a few milliseconds of work would not hold up a start."""
+        ...
 
 
 @dataclass
@@ -143,9 +152,6 @@ class ServerClient:
         self._now = now
         self.reach = Reach()
         """Whether the server answers (a 5xx is an answer: this is about reaching it at all)."""
-        self.pace: Callable[[], Awaitable[None]] | None = None
-        """Awaited before a large feed page is decoded (the daemon's `Timer.clear_of`: a
-        decode holds the event loop for milliseconds, and must not hold up a start)."""
 
     async def aclose(self) -> None:
         session, self._session = self._session, None
@@ -181,7 +187,7 @@ class ServerClient:
         *,
         params: Mapping[str, Any] | None = None,
         timeout: float | None = None,  # noqa: ASYNC109 - a per-request timeout (a long poll)
-        paced: bool = False,
+        pace: Pace | None = None,
     ) -> Any:
         try:
             data = None if body is None else encode(body)
@@ -214,8 +220,8 @@ class ServerClient:
         self.reach.unreachable_since = self.reach.error = None
         if status >= 500:
             raise ServerUnavailable(f"{self.base_url}{path}: server error {status}")
-        if paced and self.pace is not None and len(content) > PACED_BYTES:
-            await self.pace()
+        if pace is not None and len(content) > PACED_BYTES:
+            await pace.clear_of()
         try:
             payload = json.loads(content)
         except ValueError:  # not JSON, or not UTF-8
@@ -394,15 +400,18 @@ class ServerClient:
         )
         return [str(i) for i in body["deleted"]]
 
-    async def changes(self, space: str, since: int, wait: float = 0.0) -> ChangePage | None:
-        """Return changes after `since` (long-polling up to `wait` s); None if there is no feed."""
+    async def changes(
+        self, space: str, since: int, wait: float = 0.0, *, pace: Pace | None = None
+    ) -> ChangePage | None:
+        """Return changes after `since` (long-polling up to `wait` s); None if there is no feed.
+        A large page waits for `pace` before it is decoded."""
         try:
             body = await self._call(
                 "GET",
                 f"/v1/spaces/{quote(space, safe='')}/changes",
                 params={"since": since, "wait": wait},
                 timeout=wait + 10.0,
-                paced=True,
+                pace=pace,
             )
         except ServerError as exc:
             if exc.status == 404 and exc.code in ("not_found", "error", "no_route"):
