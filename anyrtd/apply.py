@@ -83,11 +83,11 @@ class Apply:
         """Cancels the run prepared ahead for a trigger, if any, before its entry changes."""
         self.clock: Clock = clock or SystemClock()
         self.unconfirmed: set[str] = set()
+        """Claimed entries waiting for their stamp to come back: reconciled every tick."""
         self.unsettled: set[str] = set()
         """Ids whose reconcile of every id, spread over the ticks after a start or a new
         verdict, has not come yet (`spread`); an entry due among them is reconciled as it
         comes due (`settle_due`)."""
-        """Claimed entries waiting for their stamp to come back: reconciled every tick."""
         self._malformed_logged: dict[str, int | None] = {}
         self._todo: list[str] = []
         """The ids of a spread reconcile of every id not reconciled yet (last first)."""

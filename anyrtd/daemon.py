@@ -88,7 +88,8 @@ class Daemon:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
         self.hurry = asyncio.Event()  # set by a second stop signal: interrupt runs at once
-        self.unit = Unit(self.records, on_outbox=self._outbox_wake.queued)  # the stages, in order
+        # The stages, each built with what it calls (docs/architecture.md).
+        self.unit = Unit(self.records, on_outbox=self._outbox_wake.queued)
         self.fence = Fence.of(config)
         self.firing = Firing(
             registry=self.registry,
