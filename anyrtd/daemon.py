@@ -1,7 +1,7 @@
 """The daemon: wires the stages together and owns the loops (tick, timer, sync, outbox, poll).
 
 The stages (`unit`, `sync`, `apply`, `firing`, `timer`, `role`; docs/architecture.md) are
-each given what they call when they are built, in the order of the flow. Each loop step is
+each given what they call when they are built. Each loop step is
 a method a test can call once: `sync()`, `tick()`, `fire_due(now)`, `drain_outbox()`. The
 control API and the chat responder use the daemon's `port` (`anyrtd.daemon_port`).
 """
