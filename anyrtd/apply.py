@@ -7,7 +7,7 @@ those owes (entry rows, owner stamps, markers) in the step's unit of work.
 A reconcile of every id (after a start, a new verdict or peer id, or when claiming
 resumes) is spread over the ticks that follow, `SPREAD_SLICE` ids a tick (`spread`,
 `step`); the ids that changed are reconciled at once, and an entry that comes due before
-the spread reached it is reconciled as it comes due (`Registry.settle`).
+the spread reached it is reconciled as it comes due (`settle_due`, from the timer).
 """
 
 from __future__ import annotations
@@ -66,7 +66,6 @@ class Apply:
         stats: Stats,
         confirm_after: float,
         fence: Fence | None = None,
-        unfenced: Callable[[str], bool] = lambda _rid: False,
         cancel: Callable[[str], None] = lambda _rid: None,
         clock: Clock | None = None,
     ) -> None:
@@ -77,13 +76,18 @@ class Apply:
         self.confirm_after = confirm_after
         self.fence = fence
         """The takeover hold and the claims' fencing tokens (anyrtd/claims.py), when set."""
-        self.unfenced = unfenced
-        """Ids whose stamp carries no fencing token: chat-watch moves with the role on purpose."""
+        self.unfenced: set[str] = set()
+        """Ids whose stamp carries no fencing token: chat-watch moves with the role on purpose
+        (`unfence`)."""
         self.cancel = cancel
         """Cancels the run prepared ahead for a trigger, if any, before its entry changes."""
         self.clock: Clock = clock or SystemClock()
         self.unconfirmed: set[str] = set()
         """Claimed entries waiting for their stamp to come back: reconciled every tick."""
+        self.unsettled: set[str] = set()
+        """Ids whose reconcile of every id, spread over the ticks after a start or a new
+        verdict, has not come yet (`spread`); an entry due among them is reconciled as it
+        comes due (`settle_due`)."""
         self._malformed_logged: dict[str, int | None] = {}
         self._todo: list[str] = []
         """The ids of a spread reconcile of every id not reconciled yet (last first)."""
@@ -94,7 +98,6 @@ class Apply:
         self._pull_back: set[str] = set()
         """Restored recurring entries whose check for a clock stepped back is owed: made at
         their first reconcile, which reads their definitions."""
-        registry.settle = self._settle
 
     @collector_held()  # 100,000 entries at start: anyrtd/heap.py
     def restore(
@@ -152,7 +155,7 @@ class Apply:
         """Return the definition of a restored entry's record, parsed now."""
         defn = self.records.parsed.get(row.trigger_id)
         if not isinstance(defn, TriggerDef):
-            # Its reconcile evicts it, before it comes due (`Registry.settle`).
+            # Its reconcile evicts it, before it comes due (`settle_due`).
             why = defn.reason if isinstance(defn, Malformed) else "its record is gone"
             return stand_in(row.trigger_id, row.kind, row.fingerprint, why)
         _share(row, defn)
@@ -183,7 +186,7 @@ class Apply:
         the event entries come first (a chat message fires them)."""
         order = list(ids)
         todo = set(order)
-        self.registry.unsettled = todo
+        self.unsettled = todo
         order.reverse()  # taken from the end
         self._todo = [*order, *(todo & self.registry.events)]
         self._spread_verdict, self._spread_size = verdict, len(todo)
@@ -201,7 +204,7 @@ class Apply:
         mirror then holds a whole reconcile under it (`Daemon.open`)."""
         ids = set(ids)
         self._as = (verdict, peer_id)
-        todo, unsettled, taken = self._todo, self.registry.unsettled, 0
+        todo, unsettled, taken = self._todo, self.unsettled, 0
         while todo and taken < SPREAD_SLICE:
             rid = todo.pop()
             if rid in unsettled and rid not in ids:
@@ -212,17 +215,25 @@ class Apply:
         if self._spread_verdict is not None and self._spread_size >= SPREAD_KEEP:
             keep_built()  # each slice's definitions: a full pass would walk them all again
         if not todo and self._spread_verdict is not None:
-            self.registry.unsettled = set()  # new, small ones: a set keeps the size it had
+            self.unsettled = set()  # new, small ones: a set keeps the size it had
             self._pull_back = set(self._pull_back)
             self.records.compact()
             self.unit.meta({"verdict": self._spread_verdict})
             self._spread_verdict = None
         return ids
 
-    def _settle(self, ids: list[str], due: float) -> None:
-        """Reconcile entries due at `due` that a spread reconcile has not reached yet."""
-        if self._as is not None:
+    def settle_due(self, due: float) -> None:
+        """Reconcile the entries due at or before `due` that a spread reconcile has not
+        reached yet (the timer asks before it takes them from the registry)."""
+        if not self.unsettled or self._as is None:
+            return
+        ids = [tid for tid in self.registry.due_ids(due) if tid in self.unsettled]
+        if ids:
             self.reconcile(ids, min(due, self.clock.now()), *self._as)
+
+    def unfence(self, trigger_id: str) -> None:
+        """Stamp `trigger_id` without a fencing token from now on (the chat watch's record)."""
+        self.unfenced = {trigger_id}
 
     @collector_held()  # every id after a restart or a new verdict: anyrtd/heap.py
     def reconcile(self, ids: Iterable[str], now: float, verdict: str, peer_id: str) -> None:
@@ -245,8 +256,8 @@ class Apply:
         plan = reconcile(ids, self.records.parsed, views, ctx, self.records.pending_owner())
         for action in plan:
             self.apply(action, now, peer_id)
-        if self.registry.unsettled:
-            self.registry.unsettled.difference_update(ids)
+        if self.unsettled:
+            self.unsettled.difference_update(ids)
         if owed := self._pull_back.intersection(ids):
             self._pull_back -= owed
             self._pulled_back(owed, now)
@@ -332,7 +343,7 @@ class Apply:
         if claim:
             self.unconfirmed.add(defn.id)
             fencing = {}
-            if self.fence is not None and not self.unfenced(defn.id):
+            if self.fence is not None and defn.id not in self.unfenced:
                 fencing = self.fence.claim_fields(defn.id, now)
             # Against the version read: an owner written on the server since (a pin) stands,
             # and the refused claim is dropped (anyrtd/outbox.py, `DrainResult.lost`).

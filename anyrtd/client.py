@@ -16,7 +16,6 @@ import os
 import time
 from collections.abc import (
     AsyncIterator,
-    Awaitable,
     Callable,
     Iterable,
     Iterator,
@@ -95,6 +94,15 @@ class BadAnswer(ServerUnavailable):
     """The server answered, but not as the any server does (a body that is not its JSON, a
     JSON of another shape, an answer over `MAX_ANSWER_BYTES`): the server's fault, never
     the caller's, and the request may go again later."""
+
+
+class Pace(Protocol):
+    """What a large feed page waits for before it is decoded (the daemon's timer: a decode
+    holds the event loop for milliseconds, and must not hold up a start)."""
+
+    async def clear_of(self) -> None:
+        """Return when a few milliseconds of work would not hold up a start."""
+        ...
 
 
 class Unreached(Exception):
@@ -237,9 +245,6 @@ class ServerClient:
         self.reach = Reach()
         """Whether the server answers (a 5xx is an answer: this is about reaching it at all),
         and whether its answers are sound."""
-        self.pace: Callable[[], Awaitable[None]] | None = None
-        """Awaited before a large feed page is decoded (the daemon's `Timer.clear_of`: a
-        decode holds the event loop for milliseconds, and must not hold up a start)."""
 
     async def aclose(self) -> None:
         await self._transport.aclose()
@@ -258,7 +263,7 @@ class ServerClient:
         *,
         params: Mapping[str, Any] | None = None,
         long_poll: float = 0.0,
-        paced: bool = False,
+        pace: Pace | None = None,
         bodiless: bool = False,
     ) -> dict[str, Any]:
         """Send a request and return its answer's JSON object; a long poll may be held up to
@@ -298,8 +303,8 @@ class ServerClient:
         if bodiless and status < 300 and not content.strip():
             self._sound()
             return {}
-        if paced and self.pace is not None and len(content) > PACED_BYTES:
-            await self.pace()
+        if pace is not None and len(content) > PACED_BYTES:
+            await pace.clear_of()
         try:
             payload = json.loads(content)
         except ValueError:  # not JSON, or not UTF-8
@@ -534,12 +539,15 @@ class ServerClient:
         with self._decoding(path, body):
             return [_text(i) for i in body["deleted"]]
 
-    async def changes(self, space: str, since: int, wait: float = 0.0) -> ChangePage | None:
-        """Return changes after `since` (long-polling up to `wait` s); None if there is no feed."""
+    async def changes(
+        self, space: str, since: int, wait: float = 0.0, *, pace: Pace | None = None
+    ) -> ChangePage | None:
+        """Return changes after `since` (long-polling up to `wait` s); None if there is no feed.
+        A large page waits for `pace` before it is decoded."""
         path = f"/v1/spaces/{quote(space, safe='')}/changes"
         try:
             body = await self._call(
-                "GET", path, params={"since": since, "wait": wait}, long_poll=wait, paced=True
+                "GET", path, params={"since": since, "wait": wait}, long_poll=wait, pace=pace
             )
         except ServerError as exc:
             if exc.status == 404 and exc.code in ("not_found", "error", "no_route"):

@@ -1,8 +1,9 @@
 """The daemon: wires the stages together and owns the loops (tick, timer, sync, outbox, poll).
 
-The stages (`unit`, `sync`, `apply`, `firing`, `role`; docs/architecture.md) take what they
-need as arguments. Each loop step is a method a test can call once: `sync()`, `tick()`,
-`fire_due(now)`, `drain_outbox()`. The daemon implements `anyrtd.port.Port`.
+The stages (`unit`, `sync`, `apply`, `firing`, `timer`, `role`; docs/architecture.md) are
+each given what they call when they are built. Each loop step is
+a method a test can call once: `sync()`, `tick()`, `fire_due(now)`, `drain_outbox()`. The
+control API and the chat responder use the daemon's `port` (`anyrtd.daemon_port`).
 """
 
 from __future__ import annotations
@@ -11,43 +12,44 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import replace
-from typing import Any, cast
+from typing import Any
 
-from anyrtd import history, standing
+from anyrtd import standing
 from anyrtd.apply import SPREAD_STALL_S, Apply
 from anyrtd.chat import CHAT_WATCH_PROGRAM, ChatWatch
 from anyrtd.claims import Fence
 from anyrtd.client import ServerClient, ServerError, ServerUnavailable, Upsert
 from anyrtd.clock import Clock, SystemClock
 from anyrtd.config import Config
+from anyrtd.daemon_port import DaemonPort
 from anyrtd.election import AlwaysActive, Gate
 from anyrtd.firing import Firing
 from anyrtd.metrics import Stats
 from anyrtd.mirror import AsyncMirror, Mirror
 from anyrtd.mirror_guard import MirrorFault
 from anyrtd.model import TriggerDef
-from anyrtd.notices import Answers, Notices
+from anyrtd.notices import Notices
 from anyrtd.outbox import RETRY_S, RUNS, TRIGGERS, WINDOW_S, DrainResult, DrainWake, drain
 from anyrtd.places import Places
-from anyrtd.port import Health, Metrics, TriggerFacts, Triggers, server_reasons
 from anyrtd.records import RecordCache
 from anyrtd.registry import Registry
 from anyrtd.role import Role
-from anyrtd.rows import RunRow
 from anyrtd.runner import Runner
 from anyrtd.sync import TICK_CHANGES, Sync
-from anyrtd.timer import CLEAR_STALL_S, Timer
+from anyrtd.timer import CLEAR_STALL_S, Ahead, Timer
 from anyrtd.unit import CommitFailed, Unit, is_disk_full
 from anyrtd.vocab import Verdict
 
 log = logging.getLogger("anyrtd.daemon")
 
 FEED_WAIT_S = 25.0
+REFUSED = "reload refused: "
+"""The start of `last_error` after a refused reload; a good reload clears it."""
 
 
-class Daemon(Answers):  # `why` and `missed`: anyrtd.why_facts and anyrtd.notices
+class Daemon:
     """One device's scheduler."""
 
     def __init__(
@@ -62,7 +64,7 @@ class Daemon(Answers):  # `why` and `missed`: anyrtd.why_facts and anyrtd.notice
     ) -> None:
         self.config = config
         self.clock: Clock = clock or SystemClock()
-        self._client = client or ServerClient(config.server)
+        self.client = client or ServerClient(config.server)
         self.gate: Gate = gate or AlwaysActive()
         self.runner = runner or Runner(
             client=self.client,
@@ -87,22 +89,9 @@ class Daemon(Answers):  # `why` and `missed`: anyrtd.why_facts and anyrtd.notice
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
         self.hurry = asyncio.Event()  # set by a second stop signal: interrupt runs at once
-        self.unit = Unit(self.records, on_outbox=self._outbox_wake.queued)  # the stages, in order
+        # The stages, each built with what it calls (docs/architecture.md).
+        self.unit = Unit(self.records, on_outbox=self._outbox_wake.queued)
         self.fence = Fence.of(config)
-        self.sync_stage = Sync(
-            self.client, config.space, self.records, self.unit, self.stats, self.fence
-        )
-        self.apply = Apply(
-            registry=self.registry,
-            records=self.records,
-            unit=self.unit,
-            stats=self.stats,
-            confirm_after=config.tick_s if confirm_after is None else confirm_after,
-            fence=self.fence,
-            unfenced=lambda rid: rid == self.role.chat_watch_id,
-            cancel=lambda rid: self.timer.cancel(rid),  # a prepared run of a changed trigger
-            clock=self.clock,
-        )
         self.firing = Firing(
             registry=self.registry,
             records=self.records,
@@ -111,10 +100,54 @@ class Daemon(Answers):  # `why` and `missed`: anyrtd.why_facts and anyrtd.notice
             stats=self.stats,
             clock=self.clock,
         )
-        self.timer = Timer(  # prepares each due batch ahead, starts it on time
-            self.registry, self.firing, self.clock, lambda: (self.peer_id, self.gate.verdict)
+        # The batches prepared ahead: a tick, the drain and a large feed page wait for their
+        # starts to pass (`clear_of`); a changed trigger's prepared run is cancelled there.
+        self.ahead = Ahead(self.registry, self.firing, self.clock)
+        self.sync_stage = sync = Sync(
+            self.client,
+            config.space,
+            self.records,
+            self.unit,
+            self.stats,
+            self.fence,
+            pace=self.ahead,
         )
-        self.client.pace = self.timer.clear_of  # a large feed page waits for a start to pass
+        self.apply = Apply(
+            registry=self.registry,
+            records=self.records,
+            unit=self.unit,
+            stats=self.stats,
+            confirm_after=config.tick_s if confirm_after is None else confirm_after,
+            fence=self.fence,
+            cancel=self.ahead.cancel,  # a prepared run of a changed trigger
+            clock=self.clock,
+        )
+        gate = self.gate
+        self.timer = Timer(  # prepares each due batch ahead, starts it on time
+            self.registry,
+            self.firing,
+            self.clock,
+            lambda: (sync.peer_id, gate.verdict),
+            unit=self.unit,
+            ahead=self.ahead,
+            settle=self.apply,  # what a spread reconcile has not reached yet, as it comes due
+        )
+        self.notices = Notices(self)  # missed occurrences and notices (docs/notices.md)
+        self.port = DaemonPort(  # what the control API and the chat responder use
+            self,
+            notices=self.notices,
+            clock=self.clock,
+            client=self.client,
+            gate=self.gate,
+            fence=self.fence,
+            registry=self.registry,
+            records=self.records,
+            sync=self.sync_stage,
+            unit=self.unit,
+            firing=self.firing,
+            runner=self.runner,
+            stats=self.stats,
+        )
         # Event triggers, the chat responder, the standing built-ins (docs/events.md).
         self.role = Role(
             agent_name=config.agent_name,
@@ -129,9 +162,10 @@ class Daemon(Answers):  # `why` and `missed`: anyrtd.why_facts and anyrtd.notice
             apply=self.apply,
             firing=self.firing,
             runner=self.runner,
-            port=self,
+            stats=self.stats,
+            port=self.port,
+            pace=self.ahead,
         )
-        self.notices = Notices(self)  # missed occurrences and notices (docs/notices.md)
         self.runner.install(CHAT_WATCH_PROGRAM, self.role.chat.converse)
         self.runner.install(
             standing.DECAY_PROGRAM,
@@ -143,16 +177,6 @@ class Daemon(Answers):  # `why` and `missed`: anyrtd.why_facts and anyrtd.notice
         )
 
     # what the stages hold, read through the daemon
-
-    @property
-    def client(self) -> ServerClient:
-        """The server's client; set it to make every stage talk to a server's new address."""
-        return self._client
-
-    @client.setter
-    def client(self, client: ServerClient) -> None:
-        self._client = client
-        self.sync_stage.client = self.role.client = self.role.chat.client = client
 
     @property
     def db(self) -> AsyncMirror | None:
@@ -176,7 +200,7 @@ class Daemon(Answers):  # `why` and `missed`: anyrtd.why_facts and anyrtd.notice
     async def open(self) -> None:
         """Open the mirror, close runs a crash left open, and restore the registry from it."""
         kept = lambda: self.config.runs_kept_per_trigger  # noqa: E731 - read at each commit
-        db = self.unit.db = AsyncMirror(Mirror(self.config.mirror_path, runs_kept=kept))
+        db = self.unit.open(AsyncMirror(Mirror(self.config.mirror_path, runs_kept=kept)))
         await db.call(lambda m: m.ensure_schema(create=True))
         snap = await db.call(Mirror.snapshot)
         now = self.clock.now()
@@ -203,7 +227,7 @@ class Daemon(Answers):  # `why` and `missed`: anyrtd.why_facts and anyrtd.notice
         if self.db is None:
             await self.open()
         await self.gate.boot()
-        self.role.live.since = self.clock.now()
+        self.role.begin(self.clock.now())
         # The first reconcile works on the server's records when it answers (READY=1 waits
         # for it); when it does not, it works on the mirror's and the sync loop keeps trying.
         with contextlib.suppress(ServerUnavailable, ServerError):
@@ -245,9 +269,7 @@ class Daemon(Answers):  # `why` and `missed`: anyrtd.why_facts and anyrtd.notice
         if self.places is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.drain_outbox(), timeout=5.0)
-        if self.db is not None:
-            await self.db.close()
-            self.unit.db = None
+        await self.unit.close()
         await self.client.aclose()
 
     async def wait_idle(self) -> None:
@@ -284,6 +306,34 @@ class Daemon(Answers):  # `why` and `missed`: anyrtd.why_facts and anyrtd.notice
             log.warning("reload: %s changed; restart anyrtd to apply", ", ".join(changed))
         self.config = replace(new, **{k: getattr(self.config, k) for k in fixed})
         self.runner.configure(commands=new.programs, timeout_s=new.run_timeout_s)
+        if self.stats.last_error and self.stats.last_error.startswith(REFUSED):
+            self.stats.last_error = None
+
+    def refuse_config(self, error: Exception) -> None:
+        """Keep the running configuration: a reload read a bad one (`last_error` says why)."""
+        self.stats.last_error = f"{REFUSED}{error}"
+
+    async def refresh_summary(self, *, runs: bool = True) -> None:
+        """Read the outbox depth (which `/healthz` reports too) and, with `runs`, today's run
+        count from the mirror, for the status line."""
+        now = self.clock.now()
+        assert self.db is not None
+        self.outbox_depth = await self.db.outbox_depth()
+        if runs:
+            counts = await self.db_call(lambda m: m.run_counts(since=now - now % 86400))
+            self.runs_today = sum(counts.values())
+
+    async def count_outbox(self) -> tuple[int, int]:
+        """Count the outbox again (the status line shows the depth too); return its depth and
+        the writes set aside."""
+        self.outbox_depth, aside = await self.db_call(Mirror.outbox_counts)
+        return self.outbox_depth, aside
+
+    def tick_age(self) -> float | None:
+        """Return the seconds since the last tick ended (monotonic); None before the first."""
+        if self.last_tick_mono is None:
+            return None
+        return max(0.0, self.clock.monotonic() - self.last_tick_mono)
 
     # the steps
 
@@ -404,61 +454,7 @@ class Daemon(Answers):  # `why` and `missed`: anyrtd.why_facts and anyrtd.notice
         if result is not None and result.error:  # the wait a 429 or a 503 asked for, if longer
             await asyncio.sleep(max(RETRY_S, result.retry_after or 0.0))
 
-    # the port (anyrtd.port.Port, which documents each): what the control API and the chat
-    # responder use
-
-    def triggers(self) -> Triggers:
-        r, e, now = self.records, self.registry.entries, self.clock.now()
-        return Triggers(e, r.parsed, r.raw, self.peer_id, now, *self.notices.found)
-
-    def trigger(self, trigger_id: str) -> TriggerFacts | None:
-        entry = self.registry.get(trigger_id)
-        parsed = self.records.parsed.get(trigger_id)
-        if entry is None and parsed is None:
-            return None
-        raw = None if isinstance(parsed, TriggerDef) else self.records.raw(trigger_id)
-        return TriggerFacts(trigger_id, entry, parsed, raw, self.peer_id, self.clock.now())
-
-    async def runs(self, **query: Any) -> Sequence[RunRow]:
-        return cast(list[RunRow], await self.db_call(lambda m: m.runs(**query)))
-
-    async def trigger_runs(self, tid: str, /, **query: Any) -> history.RunHistory:
-        return await history.trigger_runs(self.client, self.places, self.db_call, tid, **query)
-
-    async def run(self, run_id: str) -> RunRow | None:
-        return cast(RunRow | None, await self.db_call(lambda m: m.run(run_id)))
-
-    def health(self) -> Health:
-        reach, registry = self.client.reach, self.gate.degraded  # an unreachable server says all
-        registry_reasons = (registry,) if registry and reach.unreachable_since is None else ()
-        mirror = () if self.unit.failing is None else (self.unit.failing.reason(),)
-        return Health(
-            now=self.clock.now(),
-            last_tick_at=self.last_tick_at,
-            last_tick_age=self._tick_age(),
-            tick_s=self.config.tick_s,
-            peer_id=self.peer_id,
-            verdict=self.gate.verdict,
-            triggers=len(self.registry),
-            server_resolved=self.places is not None,
-            last_error=self.stats.last_error,
-            degraded=(*server_reasons(reach, self.outbox_depth), *registry_reasons, *mirror),
-            state_dir=str(self.config.state_dir),
-        )
-
-    async def metrics(self) -> Metrics:
-        # The depth read here also feeds the status line.
-        self.outbox_depth, aside = await self.db_call(Mirror.outbox_counts)
-        age = self._tick_age()
-        return Metrics(self.stats, self.outbox_depth, self.gate.verdict, age, self.peer_id, aside)
-
-    def election(self) -> dict[str, Any]:
-        return self.gate.describe(self.peer_id)
-
-    def _tick_age(self) -> float | None:
-        if self.last_tick_mono is None:
-            return None
-        return max(0.0, self.clock.monotonic() - self.last_tick_mono)
+    # the commands the port hands to the daemon's steps (anyrtd.daemon_port)
 
     async def write_through(
         self, trigger_id: str, fields: Mapping[str, Any], unset: Iterable[str] = ()
@@ -493,9 +489,5 @@ class Daemon(Answers):  # `why` and `missed`: anyrtd.why_facts and anyrtd.notice
         parsed = self.records.parsed.get(trigger_id)
         return parsed if isinstance(parsed, TriggerDef) else None
 
-    async def run_now(self, trigger_id: str) -> str | None:
-        """Run a registry entry now, outside its schedule; return the run id."""
-        return await self.firing.run_now(trigger_id, self.peer_id, self.gate.verdict)
 
-
-__all__ = ["Daemon"]
+__all__ = ["REFUSED", "Daemon"]

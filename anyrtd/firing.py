@@ -172,12 +172,9 @@ class Firing:
         """Monotonic time before which a fire that failed to commit is not tried again."""
         self._retry_s = 0.0
         self.last_commit_s = 0.0
-        self.journal: StartJournal | None = None
-        """Beside the mirror, once it is open (`Timer.discard_prepared`)."""
         """How long the last commit of a fire's preparation took."""
-        self.on_clock_step: Callable[[], None] = lambda: None
-        """Called when the wall clock stepped back, before the entries are re-armed (the
-        timer cancels the runs it prepared under the later clock)."""
+        self.journal: StartJournal | None = None
+        """Beside the mirror, once it is open (`open_journal`)."""
 
     async def settle(self, grace_s: float, hurry: asyncio.Event) -> set[asyncio.Task[Any]]:
         """Wait up to `grace_s` for the runs in flight, or until `hurry` is set; return the
@@ -203,18 +200,21 @@ class Firing:
 
     # firing
 
-    def watch_clock(self) -> float:
-        """Re-arm every recurring entry from now when the wall clock stepped back by more
-        than the tolerance since the last look (its advance against the monotonic clock's);
-        return the size of the step (0.0: none)."""
+    def clock_step(self) -> float:
+        """Return how far the wall clock stepped back since the last look (its advance
+        against the monotonic clock's), when by more than the tolerance; else 0.0. The timer
+        then cancels the runs it prepared under the later clock and calls `pull_back`."""
         wall, mono = self.clock.now(), self.clock.monotonic()
         mark, self._clock_mark = self._clock_mark, (wall, mono)
         if mark is None:
             return 0.0
         step = (mono - mark[1]) - (wall - mark[0])
-        if step <= CLOCK_STEP_TOLERANCE_S:
-            return 0.0
-        self.on_clock_step()
+        return step if step > CLOCK_STEP_TOLERANCE_S else 0.0
+
+    def pull_back(self, step: float) -> None:
+        """Re-arm every recurring entry from now: the wall clock stepped back by `step`."""
+        assert self._clock_mark is not None, "pull_back comes after clock_step"
+        wall = self._clock_mark[0]
         moved = [e for e in self.registry.entries.values() if self.registry.pull_back(e, wall)]
         for entry in moved:
             self.unit.save(entry.row)
@@ -224,7 +224,29 @@ class Firing:
             len(moved),
             iso_time(wall),
         )
-        return step
+
+    def open_journal(self) -> StartJournal | None:
+        """Open the start journal beside the mirror, once the mirror is open; return it."""
+        if self.journal is None and (db := self.unit.db) is not None:
+            self.journal = StartJournal(db.mirror.path.parent / START_JOURNAL_FILE)
+        return self.journal
+
+    def close_journal(self) -> None:
+        """Close the start journal (the daemon stops)."""
+        if self.journal is not None:
+            self.journal.close()
+
+    def take_back(self, start: Start, undo: Undo) -> None:
+        """Take back a prepared run that never started (its trigger changed, or the timer
+        cancels its batch): its run row and its held writes dropped, its entry put back as
+        it was before the prepare, its fire uncounted."""
+        entry, row, _ = start
+        self.unit.drop_run(row.run_id)
+        if entry.defn.kind == Kind.ONCE and row.prepared_for is not None:
+            self.unit.drop_held(entry.id, row.prepared_for)
+        undo.take_back_one(entry.id, self.registry)
+        self.unit.save(entry.row)
+        self.stats.fires -= 1
 
     async def prepare_batch(
         self, due: float, now: float, device: str | None, verdict: str

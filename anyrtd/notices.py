@@ -33,7 +33,6 @@ from anyrtd.client import Dataset, ServerClient, ServerError, ServerUnavailable,
 from anyrtd.clock import Clock
 from anyrtd.config import CommandProgram, Config, NoticeSettings
 from anyrtd.election import Gate
-from anyrtd.history import TRIGGER_RUNS, RunHistory
 from anyrtd.mirror import AsyncMirror, Mirror
 from anyrtd.missed import Missed, default_grace, iso
 from anyrtd.model import TriggerDef
@@ -43,8 +42,7 @@ from anyrtd.records import RecordCache
 from anyrtd.rows import NoticeRow, SetAside
 from anyrtd.timer import Timer
 from anyrtd.vocab import Kind, LastStatus, MissCause, NoticeChannel, NoticeKind, Verdict
-from anyrtd.watch import MissedFacts, Watch
-from anyrtd.why_facts import Explains
+from anyrtd.watch import Watch
 
 log = logging.getLogger("anyrtd.notices")
 
@@ -432,36 +430,8 @@ async def run_command(command: CommandProgram, notice: Mapping[str, Any]) -> Non
         raise RuntimeError(f"{command.argv[0]} exited with status {proc.returncode}{said}")
 
 
-class Answers(Explains):
-    """The port's answers computed from the stages: `why` (anyrtd/why_facts.py) and `missed`."""
-
-    async def missed(self: AnswerParts, trigger_id: str) -> MissedFacts:
-        """Return a trigger's missed occurrences as of now; its runs on every device answer
-        the occurrences they ran."""
-        runs = await self.trigger_runs(trigger_id, limit=TRIGGER_RUNS)
-        scheduled = [r.scheduled_at for r in runs.runs if r.scheduled_at is not None]
-        now, w = self.clock.now(), self.notices.watch
-        found = w.of(trigger_id, now, self.peer_id, scheduled)
-        return MissedFacts(trigger_id, found, w.grace_s, w.lookback_s, now)
-
-
-class AnswerParts(Protocol):
-    """What `Answers.missed` reads: the notices' watch, the clock, a trigger's runs."""
-
-    notices: Notices
-    clock: Clock
-
-    @property
-    def peer_id(self) -> str | None: ...
-
-    async def trigger_runs(
-        self, trigger_id: str, /, *, status: str | None = None, limit: int = TRIGGER_RUNS
-    ) -> RunHistory: ...
-
-
 __all__ = [
     "NOTICED_FIELD",
-    "Answers",
     "Notice",
     "Notices",
     "chat_text",

@@ -1,8 +1,9 @@
 """The port the daemon's readers use: the control API and the chat responder.
 
 They ask for what they show (triggers, runs, health, metrics, the election) and send two
-commands (write-through, run-now); they never reach into the daemon. `Daemon` implements
-this protocol; the control API's tests also run against a small fake of it.
+commands (write-through, run-now); they never reach into the daemon. `DaemonPort`
+(anyrtd/daemon_port.py, the daemon's `port`) implements this protocol; the control API's
+tests also run against a small fake of it.
 """
 
 from __future__ import annotations

@@ -103,12 +103,6 @@ class Registry:
     """The scheduledAt of each recurring entry's last fired occurrence: a wall clock stepped
     back re-arms the entries from the new time, and this keeps that occurrence from firing
     twice."""
-    unsettled: set[str] = field(default_factory=set)
-    """Ids whose reconcile of every id, spread over the ticks after a start or a new verdict,
-    has not come yet (`apply.Apply.spread`)."""
-    settle: Callable[[list[str], float], None] | None = None
-    """Reconciles unsettled ids at once (with `now`): `pop_due` calls it on the due ones, so
-    nothing fires from an entry the reconcile has not looked at since."""
     _heap: list[tuple[float, str]] = field(default_factory=list)
 
     def __len__(self) -> int:
@@ -190,6 +184,11 @@ class Registry:
             heapq.heappop(self._heap)
         return None
 
+    def due_ids(self, at: float) -> list[str]:
+        """Return the ids due at or before `at` (stale heap items too), in no order: a walk
+        of the heap's top, not of all of it."""
+        return [tid for _, tid in self._top(at)]
+
     def count_due(self, at: float) -> int:
         """Return about how many entries are due at or before `at` (stale heap items count
         too): a walk of the heap's top, not of all of it."""
@@ -207,10 +206,6 @@ class Registry:
 
     def pop_due(self, now: float) -> list[tuple[Entry, float]]:
         """Remove and return every (entry, due time) whose due time is at or before `now`."""
-        if self.unsettled and self.settle is not None:
-            ids = [tid for _, tid in self._top(now) if tid in self.unsettled]
-            if ids:
-                self.settle(ids, now)
         out: list[tuple[Entry, float]] = []
         seen: set[str] = set()
         while self._heap and self._heap[0][0] <= now:

@@ -17,11 +17,12 @@ from anyrtd import standing
 from anyrtd.apply import Apply
 from anyrtd.chat import CHAT_WATCH_PROGRAM, ChatWatch, current_generation, ensure_chat_watch
 from anyrtd.claims import Fence
-from anyrtd.client import Change, Dataset, ServerClient, ServerError, ServerUnavailable
+from anyrtd.client import Change, Dataset, Pace, ServerClient, ServerError, ServerUnavailable
 from anyrtd.clock import Clock
 from anyrtd.election import Gate
 from anyrtd.events import CHAT_DATASET, ChatMessage, LiveGate, event_target, fires, new_message
 from anyrtd.firing import Firing
+from anyrtd.metrics import Stats
 from anyrtd.model import TriggerDef
 from anyrtd.port import Port
 from anyrtd.records import RecordCache
@@ -60,7 +61,9 @@ class Role:
         apply: Apply,
         firing: Firing,
         runner: Runner,
+        stats: Stats,
         port: Port,
+        pace: Pace | None = None,
     ) -> None:
         self.agent_name = agent_name
         self.space = space
@@ -74,6 +77,9 @@ class Role:
         self.apply = apply
         self.firing = firing
         self.runner = runner
+        self.stats = stats
+        self.pace = pace
+        """What a large feed page waits for before it is decoded (the timer's next start)."""
         self.live = LiveGate(since=clock.now())
         self.chat = ChatWatch(
             agent_name=agent_name, client=client, clock=clock, scheduler=port, fire=self.converse
@@ -94,6 +100,11 @@ class Role:
         since (None until boot found one)."""
         found = self._chat_watch_found
         return None if found is None else current_generation(found, self.sync.tombstones)
+
+    def begin(self, now: float) -> None:
+        """Let event triggers fire on the messages that arrive from `now` on (the daemon
+        starts its loops)."""
+        self.live.since = now
 
     # standing built-ins and the chat-watch claim (docs/election.md)
 
@@ -197,6 +208,7 @@ class Role:
             log.debug("chat-watch not seeded yet: %s", exc)
             return False
         self._chat_watch_found = rid
+        self.apply.unfence(self.chat_watch_id or rid)
         triggers = places.triggers
         self.sync.buffer(Change(0, triggers.object_id, triggers.name, rid, "update", dict(record)))
         return True
@@ -210,6 +222,8 @@ class Role:
     def tend_chat_watch(self) -> None:
         """Connect the chat watch while this device holds an enabled, confirmed chat-watch."""
         cw = self.chat_watch_id
+        if cw is not None:
+            self.apply.unfence(cw)  # the generation in use moves on when its record is deleted
         entry = self.registry.get(cw) if cw is not None else None
         target = None
         if (
@@ -234,7 +248,7 @@ class Role:
         """Note the feed's head, once: messages up to it arrived before this process listened."""
         if space in self.live.heads:
             return
-        page = await self.client.changes(space, since=FEED_HEAD, wait=0)
+        page = await self.client.changes(space, since=FEED_HEAD, wait=0, pace=self.pace)
         if page is not None:
             self.live.heads.setdefault(space, page.seq)
 
@@ -272,11 +286,11 @@ class Role:
                 if space not in self.live.heads:
                     raise ServerError(404, "no_feed", NO_FEED)
                 self.cursors[space] = self.live.heads[space]
-            page = await self.client.changes(space, self.cursors[space], wait=wait)
+            page = await self.client.changes(space, self.cursors[space], wait=wait, pace=self.pace)
             if page is None:
                 raise ServerError(404, "no_feed", NO_FEED)
         except (ServerUnavailable, ServerError) as exc:
-            self.sync.stats.last_error = f"space {space}: {exc}"
+            self.stats.last_error = f"space {space}: {exc}"
             if space not in self._unfollowed:
                 self._unfollowed.add(space)
                 log.warning(

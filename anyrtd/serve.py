@@ -22,9 +22,6 @@ from anyrtd.statedir import StateDirError, hold_state_dir
 
 log = logging.getLogger("anyrtd.serve")
 
-# The start of `last_error` after a refused reload; a good reload clears it.
-REFUSED = "reload refused: "
-
 
 class StartError(Exception):
     """The daemon cannot start (or go on); the message says why and what to do.
@@ -117,7 +114,7 @@ async def start_daemon(config: Config) -> tuple[Daemon, ControlServer]:
             await daemon.db.close()
         await client.aclose()
         raise StartError.of(exc) from None
-    control = ControlServer(daemon, config.listen, config.token_file)
+    control = ControlServer(daemon.port, config.listen, config.token_file)
     try:
         await control.start()
     except ControlStartError as exc:
@@ -228,22 +225,11 @@ async def _until_stopped(stop: asyncio.Event, daemon: Daemon) -> MirrorFault | N
     return daemon.db.fault if not stop.is_set() else None
 
 
-async def refresh_summary(daemon: Daemon, *, runs: bool = True) -> None:
-    """Read the outbox depth (which `/healthz` reports too) and, with `runs`, today's run
-    count from the mirror, for the status line."""
-    now = daemon.clock.now()
-    assert daemon.db is not None
-    daemon.outbox_depth = await daemon.db.outbox_depth()
-    if runs:
-        counts = await daemon.db_call(lambda m: m.run_counts(since=now - now % 86400))
-        daemon.runs_today = sum(counts.values())
-
-
 async def _status_loop(daemon: Daemon, notifier: Notifier) -> None:
     while True:
         # Today's runs are counted only for a status line someone reads (systemd's): the
         # count is a query over the day's runs, a quarter of an idle daemon's CPU.
-        await refresh_summary(daemon, runs=notifier.enabled)
+        await daemon.refresh_summary(runs=notifier.enabled)
         notifier.status(status_line(daemon))
         await asyncio.sleep(max(1.0, daemon.config.tick_s))
 
@@ -253,12 +239,10 @@ def _reload(daemon: Daemon, notifier: Notifier, reload: Callable[[], Config]) ->
     try:
         new = reload()
     except ConfigError as exc:
-        daemon.stats.last_error = f"{REFUSED}{exc}"
+        daemon.refuse_config(exc)
         log.error("reload refused, keeping the running configuration: %s", exc)
         notifier.ready(status_line(daemon))
         return
     daemon.apply_config(new)
-    if daemon.stats.last_error and daemon.stats.last_error.startswith(REFUSED):
-        daemon.stats.last_error = None
     log.info("configuration reloaded from %s", new.source or "defaults")
     notifier.ready(status_line(daemon))

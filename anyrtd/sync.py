@@ -18,7 +18,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from anyrtd.claims import Fence
-from anyrtd.client import Change, ChangePage, Record, ServerClient, ServerError, ServerUnavailable
+from anyrtd.client import (
+    Change,
+    ChangePage,
+    Pace,
+    Record,
+    ServerClient,
+    ServerError,
+    ServerUnavailable,
+)
 from anyrtd.heap import collector_held
 from anyrtd.metrics import Stats
 from anyrtd.mirror import AsyncMirror, Mirror
@@ -71,8 +79,11 @@ class Sync:
         unit: Unit,
         stats: Stats,
         fence: Fence | None = None,
+        pace: Pace | None = None,
     ) -> None:
         self.client = client
+        self.pace = pace
+        """What a large feed page waits for before it is decoded (the timer's next start)."""
         self.space = space
         self.records = records
         self.unit = unit
@@ -211,7 +222,9 @@ class Sync:
         assert self.places is not None
         if self.cursor is None and self.feed_available:
             # Follow the feed from here on; what the full read below returns covers the rest.
-            page = await self.client.changes(self.places.space, since=FEED_HEAD, wait=0)
+            page = await self.client.changes(
+                self.places.space, since=FEED_HEAD, wait=0, pace=self.pace
+            )
             if page is None:
                 self._feed_missing()
             else:
@@ -232,7 +245,7 @@ class Sync:
     async def read_feed(self, wait: float) -> ChangePage | None:
         """Long-poll the change feed past the cursor, up to `wait` s; None without a feed."""
         assert self.places is not None and self.cursor is not None
-        page = await self.client.changes(self.places.space, self.cursor, wait=wait)
+        page = await self.client.changes(self.places.space, self.cursor, wait=wait, pace=self.pace)
         if page is None:
             self._feed_missing()
         return page

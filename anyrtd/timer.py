@@ -33,14 +33,15 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from anyrtd.clock import Clock, SystemClock
-from anyrtd.firing import START_JOURNAL_FILE, Firing, Start, StartJournal, Undo
+from anyrtd.firing import Firing, Start, Undo
 from anyrtd.logs import iso_time
 from anyrtd.registry import Registry
 from anyrtd.rows import EntryRow, RunRow
 from anyrtd.runner.process import run_groups
-from anyrtd.unit import CommitFailed
+from anyrtd.unit import CommitFailed, Unit
 from anyrtd.vocab import Kind, Verdict
 
 log = logging.getLogger("anyrtd.timer")
@@ -72,6 +73,14 @@ start, when nothing else should run anyway. Only on the real clock."""
 
 Identity = Callable[[], tuple[str | None, str]]
 """This device's peer id and verdict, read when a batch is prepared or started."""
+
+
+class Settles(Protocol):
+    """What reconciles the entries due that a spread reconcile has not reached yet (the apply
+    stage): the timer asks it before each batch is taken from the registry, so nothing fires
+    from an entry the reconcile has not looked at since a start or a new verdict."""
+
+    def settle_due(self, due: float) -> None: ...
 
 
 @dataclass(slots=True)
@@ -110,21 +119,87 @@ class Lead:
         self.commit_s += 0.2 * (commit_s - self.commit_s)
 
 
+class Ahead:
+    """The batches prepared ahead of their due time, by due time: the run of a trigger that
+    changes before its due time is cancelled from them (`cancel`, from the apply stage), and
+    work that holds the event loop waits for the next start to pass (`clear_of`, from the
+    daemon's loops and the feed's reads)."""
+
+    def __init__(self, registry: Registry, firing: Firing, clock: Clock) -> None:
+        self.registry = registry
+        self.firing = firing
+        self.clock = clock
+        self.batches: list[Prepared] = []
+
+    async def clear_of(self, stall_s: float = CLEAR_STALL_S) -> None:
+        """Return when `stall_s` of work on the event loop would not hold up a start: at
+        once when the next due time is further away (or already passed), else just after
+        it, waiting at most `CLEAR_WAIT_MAX_S` in all. The outbox's drain and a large feed
+        page call it before the work that holds the loop for milliseconds."""
+        waited = 0.0
+        while waited < CLEAR_WAIT_MAX_S:
+            due = self.registry.next_due()
+            if self.batches:
+                due = self.batches[0].due if due is None else min(due, self.batches[0].due)
+            gap = None if due is None else due - self.clock.now()
+            if gap is None or gap > stall_s or gap < -stall_s:
+                return
+            pause = min(CLEAR_WAIT_MAX_S - waited, max(0.0, gap) + LEAD_MIN_S / 10)
+            await asyncio.sleep(pause)  # the start's turn comes first
+            waited += pause
+
+    def cancel(self, trigger_id: str, why: str = "its trigger changed") -> None:
+        """Cancel the prepared run of `trigger_id`, if any, with its held writes: its entry
+        is put back as it was before the prepare (the caller's change follows)."""
+        for batch in self.batches:
+            start = batch.starts.pop(trigger_id, None)
+            if start is None:
+                continue
+            self.firing.take_back(start, batch.undo)
+            log.info(
+                "cancelled the run of %s prepared for %s: %s",
+                trigger_id,
+                iso_time(batch.due),
+                why,
+                extra={"trigger": trigger_id, "run": start[1].run_id},
+            )
+            if not batch.starts:
+                self.batches.remove(batch)
+            return
+
+    def cancel_all(self, why: str) -> None:
+        """Cancel every prepared run (the daemon stops, or the wall clock stepped back)."""
+        for batch in list(self.batches):
+            for tid in list(batch.starts):
+                self.cancel(tid, why)
+
+
 class Timer:
     """One step of the timer loop at a time (`step`), woken early by `rearm`."""
 
     def __init__(
-        self, registry: Registry, firing: Firing, clock: Clock, identity: Identity
+        self,
+        registry: Registry,
+        firing: Firing,
+        clock: Clock,
+        identity: Identity,
+        *,
+        unit: Unit | None = None,
+        ahead: Ahead | None = None,
+        settle: Settles | None = None,
     ) -> None:
         self.registry = registry
         self.firing = firing
+        self.unit = firing.unit if unit is None else unit
+        """The step's unit of work (the firing stage's, unless given)."""
         self.clock = clock
         self.identity = identity
+        self.ahead = ahead or Ahead(registry, firing, clock)
+        """The batches prepared ahead (the apply stage cancels a changed trigger's run)."""
+        self.settle = settle
         self.rearm = asyncio.Event()
         """Set to make the sleeping timer look at the heap again (a tick, a write-through)."""
         self.lead = Lead()
-        self.prepared: list[Prepared] = []
-        """Batches prepared ahead, by due time."""
         self._noter: asyncio.Task[None] | None = None
         self._note_due = False
         """A batch started since the noter last took the notes."""
@@ -133,13 +208,25 @@ class Timer:
         self._starting = False
         self._preparing: asyncio.Future[None] | None = None
         self._precise_s = PRECISE_S if isinstance(clock, SystemClock) else 0.0
-        firing.on_clock_step = lambda: self.cancel_all("the wall clock stepped back")
+
+    @property
+    def prepared(self) -> list[Prepared]:
+        """Batches prepared ahead, by due time."""
+        return self.ahead.batches
+
+    def watch_clock(self) -> float:
+        """When the wall clock stepped back, cancel the runs prepared under the later clock,
+        then re-arm the recurring entries from now; return the size of the step (0.0: none)."""
+        if (step := self.firing.clock_step()) > 0.0:
+            self.cancel_all("the wall clock stepped back")
+            self.firing.pull_back(step)
+        return step
 
     async def step(self) -> None:
         """Start a prepared batch whose due time came (within `PRECISE_S` of it, sleeping
         the rest in the thread), prepare the next one when it is a lead away, fire what is
         due late; else sleep until one of those (or `rearm`)."""
-        self.firing.watch_clock()
+        self.watch_clock()
         now = self.clock.now()
         ready = self.prepared[0] if self.prepared else None
         if ready is not None and ready.due - now <= self._precise_s:
@@ -173,21 +260,8 @@ class Timer:
                 await self.rearm.wait()
 
     async def clear_of(self, stall_s: float = CLEAR_STALL_S) -> None:
-        """Return when `stall_s` of work on the event loop would not hold up a start: at
-        once when the next due time is further away (or already passed), else just after
-        it, waiting at most `CLEAR_WAIT_MAX_S` in all. The outbox's drain and a large feed
-        page call it before the work that holds the loop for milliseconds."""
-        waited = 0.0
-        while waited < CLEAR_WAIT_MAX_S:
-            due = self.registry.next_due()
-            if self.prepared:
-                due = self.prepared[0].due if due is None else min(due, self.prepared[0].due)
-            gap = None if due is None else due - self.clock.now()
-            if gap is None or gap > stall_s or gap < -stall_s:
-                return
-            pause = min(CLEAR_WAIT_MAX_S - waited, max(0.0, gap) + LEAD_MIN_S / 10)
-            await asyncio.sleep(pause)  # the start's turn comes first
-            waited += pause
+        """Return when `stall_s` of work would not hold up a start (`Ahead.clear_of`)."""
+        await self.ahead.clear_of(stall_s)
 
     async def fire_now(self, now: float) -> list[str]:
         """Start the prepared batches whose due time came, then fire at once what else is
@@ -195,8 +269,10 @@ class Timer:
         started: list[str] = []
         while self.prepared and self.prepared[0].due <= now:
             started += await self.start(self.prepared[0])
-        self.firing.watch_clock()
+        self.watch_clock()
         device, verdict = self.identity()
+        if self.settle is not None:
+            self.settle.settle_due(now)
         prepared = await self.firing.prepare_batch(now, now, device, verdict)
         if prepared is None or not prepared[0]:
             return started
@@ -223,12 +299,13 @@ class Timer:
             with contextlib.suppress(Exception):
                 await self._noter
         self.cancel_all(why)
-        if self.firing.journal is not None:
-            self.firing.journal.close()
+        self.firing.close_journal()
 
     async def _prepare(self, due: float, now: float) -> None:
         device, verdict = self.identity()
         began = time.perf_counter()
+        if self.settle is not None:
+            self.settle.settle_due(due)
         prepared = await self.firing.prepare_batch(due, now, device, verdict)
         took = time.perf_counter() - began
         if prepared is None:
@@ -290,10 +367,10 @@ class Timer:
         journal = self.firing.journal
         written = None if journal is None or self._starting else journal.written
         try:
-            await self.firing.unit.commit(self.clock.now())
+            await self.unit.commit(self.clock.now())
         except CommitFailed:  # kept for the next commit; the unit says why
             written = None
-        self.firing.unit.kick()
+        self.unit.kick()
         if journal is None or not written or written != journal.written or self._starting:
             return
         try:
@@ -302,35 +379,12 @@ class Timer:
             log.warning("cannot empty the start journal %s: %s", journal.path, exc)
 
     def cancel(self, trigger_id: str, why: str = "its trigger changed") -> None:
-        """Cancel the prepared run of `trigger_id`, if any, with its held writes: its entry
-        is put back as it was before the prepare (the caller's change follows)."""
-        for batch in self.prepared:
-            start = batch.starts.pop(trigger_id, None)
-            if start is None:
-                continue
-            entry, row, _ = start
-            self.firing.unit.drop_run(row.run_id)
-            if entry.defn.kind == Kind.ONCE and row.prepared_for is not None:
-                self.firing.unit.drop_held(trigger_id, row.prepared_for)
-            batch.undo.take_back_one(trigger_id, self.registry)
-            self.firing.unit.save(entry.row)
-            self.firing.stats.fires -= 1
-            log.info(
-                "cancelled the run of %s prepared for %s: %s",
-                trigger_id,
-                iso_time(batch.due),
-                why,
-                extra={"trigger": trigger_id, "run": row.run_id},
-            )
-            if not batch.starts:
-                self.prepared.remove(batch)
-            return
+        """Cancel the prepared run of `trigger_id`, if any (`Ahead.cancel`)."""
+        self.ahead.cancel(trigger_id, why)
 
     def cancel_all(self, why: str) -> None:
         """Cancel every prepared run (the daemon stops, or the wall clock stepped back)."""
-        for batch in list(self.prepared):
-            for tid in list(batch.starts):
-                self.cancel(tid, why)
+        self.ahead.cancel_all(why)
 
     async def discard_prepared(
         self,
@@ -354,9 +408,8 @@ class Timer:
         must be gone by then.
         """
         rows = list(rows)
-        if self.firing.journal is None and (db := self.firing.unit.db) is not None:
-            self.firing.journal = StartJournal(db.mirror.path.parent / START_JOURNAL_FILE)
-        begun = self.firing.journal.read() if self.firing.journal is not None else set()
+        journal = self.firing.open_journal()
+        begun = journal.read() if journal is not None else set()
         waiting = [r.run_id for r in rows if r.prepared_for is not None]
         spawned = run_groups(waiting) if waiting else {}
         by_id = {e.trigger_id: e for e in entries}
@@ -370,7 +423,7 @@ class Timer:
             ):
                 rest.append(row)
                 continue
-            unit, tid = self.firing.unit, row.trigger_id
+            unit, tid = self.unit, row.trigger_id
             unit.drop_run(row.run_id)
             if tid is not None and (entry := by_id.get(tid)) is not None:
                 if entry.kind == Kind.ONCE:
@@ -390,9 +443,19 @@ class Timer:
                 extra={"trigger": tid, "run": row.run_id},
             )
         # What is held now belongs to runs that may have started: their writes may leave.
-        self.firing.unit.release_all_held()
-        await self.firing.unit.commit(now)
+        self.unit.release_all_held()
+        await self.unit.commit(now)
         return rest
 
 
-__all__ = ["CLEAR_STALL_S", "LEAD_MAX_S", "LEAD_MIN_S", "PRECISE_S", "Lead", "Prepared", "Timer"]
+__all__ = [
+    "CLEAR_STALL_S",
+    "LEAD_MAX_S",
+    "LEAD_MIN_S",
+    "PRECISE_S",
+    "Ahead",
+    "Lead",
+    "Prepared",
+    "Settles",
+    "Timer",
+]

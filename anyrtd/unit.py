@@ -100,6 +100,17 @@ class Unit:
     def __bool__(self) -> bool:
         return bool(self._batch)
 
+    def open(self, db: AsyncMirror) -> AsyncMirror:
+        """Commit to `db` from now on; return it."""
+        self.db = db
+        return db
+
+    async def close(self) -> None:
+        """Close the mirror: nothing is written after."""
+        if self.db is not None:
+            await self.db.close()
+            self.db = None
+
     def save(self, row: EntryRow) -> None:
         """Write a registry entry's row."""
         self._batch.entries.append(row)

@@ -12,8 +12,9 @@ import asyncio
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol
 
-from anyrtd.client import ServerClient, ServerError, ServerUnavailable
+from anyrtd.client import DevicesView, ServerClient, ServerError, ServerUnavailable
 from anyrtd.election import APP
 from anyrtd.missed import (
     DEFAULT_LOOKBACK_S,
@@ -34,12 +35,18 @@ DEVICES_EVERY_S = 30.0
 """How often a pass reads the devices registry again (pruned and unknown owners)."""
 
 
+class ReadsDevices(Protocol):
+    """What reads the devices registry: the server client, or the daemon's port."""
+
+    async def devices(self) -> DevicesView | None: ...
+
+
 async def read_devices(
-    client: ServerClient,
+    source: ReadsDevices,
 ) -> tuple[dict[str, DeviceState] | None, dict[str, str]]:
     """Return each device's state (`live`, `pruned`) and name, or None when unread."""
     try:
-        view = await asyncio.wait_for(client.devices(), timeout=REGISTRY_WAIT_S)
+        view = await asyncio.wait_for(source.devices(), timeout=REGISTRY_WAIT_S)
     except (ServerUnavailable, ServerError, TimeoutError):
         return None, {}
     if view is None:
@@ -195,4 +202,4 @@ class MissedFacts:
     now: float
 
 
-__all__ = ["DEVICES_EVERY_S", "MissedFacts", "Watch", "read_devices"]
+__all__ = ["DEVICES_EVERY_S", "MissedFacts", "ReadsDevices", "Watch", "read_devices"]

@@ -1,29 +1,25 @@
-"""The facts behind a trigger's "why", gathered from the daemon's stages (anyrtd/why.py judges).
+"""The facts behind a trigger's "why", gathered through the daemon's port (anyrtd/why.py judges).
 
 The devices registry is read once per question (`GET /v1/devices`, bounded by
 `REGISTRY_WAIT_S`); a registry that does not answer leaves every other device `unknown`.
-The daemon's port method `why` is this module's `ask`.
+The port's method `why` is this module's `ask`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-from anyrtd.claims import Fence
-from anyrtd.client import ServerClient
-from anyrtd.clock import Clock
-from anyrtd.election import Gate
-from anyrtd.metrics import Stats
+from anyrtd.client import DevicesView
+from anyrtd.missed import Missed
 from anyrtd.model import TriggerDef
-from anyrtd.records import RecordCache
-from anyrtd.registry import Entry, Registry
+from anyrtd.port import TriggerFacts
+from anyrtd.registry import Entry
 from anyrtd.rows import RunRow
-from anyrtd.runner import Runner
 from anyrtd.schedule import preview
-from anyrtd.sync import Sync
-from anyrtd.vocab import Kind, RunStatus, Verdict
-from anyrtd.watch import Watch, read_devices
+from anyrtd.vocab import Kind, RunStatus
+from anyrtd.watch import read_devices
 from anyrtd.why import Answer, Failure, WhyFacts, explain
 
 NEXT_FIRES = 5
@@ -31,43 +27,48 @@ LAST_ERRORS = 3
 RUNS_READ = 50
 
 
-class Watching(Protocol):
-    """What holds the missed watch (anyrtd/notices.py's `Notices`)."""
+@dataclass(frozen=True)
+class Claiming:
+    """Whether this device may claim now, and the takeover hold it waits out, if any."""
 
-    @property
-    def watch(self) -> Watch: ...
+    may_claim: bool = True
+    waiting_for: str | None = None
+    """The term the hold waits for, as `term <seq> (<peer>)`; None when there is no hold."""
+    since: float = 0.0
+    max_s: float = 0.0
 
 
 class Parts(Protocol):
-    """What the facts are read from: the daemon's stages (`Daemon` has them all)."""
-
-    registry: Registry
-    records: RecordCache
-    sync_stage: Sync
-    gate: Gate
-    fence: Fence
-    runner: Runner
-    stats: Stats
-    clock: Clock
-    notices: Watching
-
-    @property
-    def client(self) -> ServerClient: ...
+    """What the facts are read from: the daemon's port (`anyrtd.daemon_port.DaemonPort`)."""
 
     @property
     def peer_id(self) -> str | None: ...
+
+    def now(self) -> float: ...
+
+    def verdict(self) -> str: ...
+
+    def trigger(self, trigger_id: str) -> TriggerFacts | None: ...
 
     async def runs(
         self, *, trigger_id: str | None = None, status: str | None = None, limit: int = 50
     ) -> Sequence[RunRow]: ...
 
+    async def devices(self) -> DevicesView | None: ...
 
-class Explains:
-    """The port's `why` (anyrtd.port.Port), for the class that has the parts: the daemon."""
+    def election(self) -> dict[str, Any]: ...
 
-    async def why(self: Parts, trigger_id: str) -> Answer:
-        """Return whether a trigger fires on this device and, if not, every reason."""
-        return await ask(self, trigger_id)
+    def claiming(self, now: float) -> Claiming: ...
+
+    def tombstoned(self, trigger_id: str) -> bool: ...
+
+    def installed(self, program: str) -> bool: ...
+
+    def overlap_skips(self, trigger_id: str) -> int: ...
+
+    def missed_of(
+        self, trigger_id: str, now: float, scheduled: Sequence[float]
+    ) -> Missed | None: ...
 
 
 async def ask(parts: Parts, trigger_id: str) -> Answer:
@@ -77,24 +78,18 @@ async def ask(parts: Parts, trigger_id: str) -> Answer:
 
 async def gather(parts: Parts, trigger_id: str) -> WhyFacts:
     """Return the facts of one trigger, as of now."""
-    now = parts.clock.now()
+    now = parts.now()
     peer = parts.peer_id
-    entry = parts.registry.get(trigger_id)
-    parsed = parts.records.parsed.get(trigger_id)
+    known = parts.trigger(trigger_id)
+    entry = known.entry if known is not None else None
+    parsed = known.parsed if known is not None else None
     defn = parsed if isinstance(parsed, TriggerDef) else entry.defn if entry else None
-    devices, names = await read_devices(parts.client)
-    verdict = parts.gate.verdict
-    fence = parts.fence
+    devices, names = await read_devices(parts)
+    verdict = parts.verdict()
     hold: dict[str, Any] | None = None
-    may_claim = True
-    if verdict == Verdict.ACTIVE:
-        if fence.waiting is not None:
-            hold = {
-                "waitingFor": f"term {fence.waiting.seq} ({fence.waiting.peer})",
-                "since": fence.hold_from,
-                "maxS": fence.hold_max_s,
-            }
-        may_claim = fence.may_claim(now)
+    claiming = parts.claiming(now)
+    if claiming.waiting_for is not None:
+        hold = {"waitingFor": claiming.waiting_for, "since": claiming.since, "maxS": claiming.max_s}
     failures: list[Failure] = []
     consumed_run: str | None = None
     rows: Sequence[RunRow] = ()
@@ -113,20 +108,20 @@ async def gather(parts: Parts, trigger_id: str) -> WhyFacts:
         verdict=verdict,
         parsed=parsed,
         entry=entry,
-        tombstoned=trigger_id in parts.sync_stage.tombstones,
+        tombstoned=parts.tombstoned(trigger_id),
         devices=devices,
         names=names,
-        winner=parts.gate.describe(peer).get("winner"),
+        winner=parts.election().get("winner"),
         hold=hold,
-        may_claim=may_claim,
-        installed=defn is None or parts.runner.is_installed(defn.program),
+        may_claim=claiming.may_claim,
+        installed=defn is None or parts.installed(defn.program),
         failures=failures,
         consumed_run=consumed_run,
-        overlap_skips=parts.stats.overlap_by_trigger.get(trigger_id, 0),
+        overlap_skips=parts.overlap_skips(trigger_id),
         next_fires=_next_fires(entry),
         spec_fires=preview(defn, now, NEXT_FIRES) if defn is not None and defn.enabled else (),
-        missed=parts.notices.watch.of(
-            trigger_id, now, peer, [r.scheduled_at for r in rows if r.scheduled_at is not None]
+        missed=parts.missed_of(
+            trigger_id, now, [r.scheduled_at for r in rows if r.scheduled_at is not None]
         ),
     )
 
@@ -141,4 +136,4 @@ def _next_fires(entry: Entry | None) -> list[float]:
     return [first, *preview(entry.defn, first, NEXT_FIRES - 1, anchor=entry.row.armed_at)]
 
 
-__all__ = ["Explains", "Parts", "ask", "gather"]
+__all__ = ["Claiming", "Parts", "ask", "gather"]

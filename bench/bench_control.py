@@ -192,7 +192,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         )
         daemon = Daemon(config, client=client, runner=runner)
         await daemon.open()
-        control = ControlServer(daemon, config.listen, config.token_file)
+        control = ControlServer(daemon.port, config.listen, config.token_file)
         await control.start()
         t0 = time.perf_counter()
         await daemon.start()

@@ -178,9 +178,9 @@ class Node:
     async def repoint(self, url: str) -> None:
         """Talk to this device's server at a new address (a restarted devserver)."""
         self.url = url
-        await self.daemon.client.aclose()
+        await self.daemon.client.aclose()  # reopened on its next request, at the new address
         await self.user.aclose()
-        self.daemon.client = ServerClient(url)
+        self.daemon.client.base_url = url
         self.user = ServerClient(url)
 
     async def close(self) -> None:

@@ -212,7 +212,7 @@ async def test_a_disconnect_drops_deferred_conversations_and_lets_the_running_on
         agent_name="bao",
         client=client,
         clock=fleet.clock,
-        scheduler=fleet.nodes[0].daemon,
+        scheduler=fleet.nodes[0].daemon.port,
         fire=fire,
         responders=[],
     )

@@ -112,7 +112,7 @@ async def stack(
         await async_wait_until(
             _resolved(daemon), timeout=15, what="the daemon to resolve the anchor"
         )
-        http = await aiohttp_client(make_app(daemon))
+        http = await aiohttp_client(make_app(daemon.port))
         yield Stack(daemon, http, user)
     finally:
         await user.aclose()
@@ -474,7 +474,7 @@ async def test_healthz_is_503_before_the_first_tick_and_once_ticks_stall(
     daemon = Daemon(config, clock=clock)
     await daemon.open()
     try:
-        http = await aiohttp_client(make_app(daemon))
+        http = await aiohttp_client(make_app(daemon.port))
         resp = await http.get("/healthz")
         assert resp.status == 503 and (await resp.json())["status"] == "starting"
 
@@ -616,7 +616,7 @@ async def test_same_machine_origins_may_write(stack: Stack) -> None:
 
 
 async def test_a_bearer_token_guards_the_tcp_listener(stack: Stack, aiohttp_client: Any) -> None:
-    guarded = await aiohttp_client(make_app(stack.daemon, Guard(token="s3cret-token")))
+    guarded = await aiohttp_client(make_app(stack.daemon.port, Guard(token="s3cret-token")))
     resp = await guarded.get("/triggers")
     assert resp.status == 401
     assert resp.headers["WWW-Authenticate"].startswith("Bearer")
@@ -674,8 +674,8 @@ async def test_enable_lands_after_a_trip_still_queued_in_the_outbox(
             return entry is not None and entry.confirmed
 
         await async_wait_until(adopted, timeout=10, what="trip adopted")
-        http = await aiohttp_client(make_app(daemon))
-        run_id = await daemon.run_now("trip")
+        http = await aiohttp_client(make_app(daemon.port))
+        run_id = await daemon.port.run_now("trip")
 
         async def tripped() -> bool:
             resp = await http.get(f"/runs/{run_id}")

@@ -38,7 +38,7 @@ async def start(tmp_path: Path) -> AsyncIterator[Start]:
     servers: list[ControlServer] = []
 
     async def make(**options: object) -> ControlServer:
-        server = ControlServer(daemon, "127.0.0.1:0", **options)  # type: ignore[arg-type]
+        server = ControlServer(daemon.port, "127.0.0.1:0", **options)  # type: ignore[arg-type]
         await server.start()
         servers.append(server)
         return server

@@ -23,13 +23,14 @@ from anyrtd.address import (
 from anyrtd.config import Config
 from anyrtd.control.server import ControlServer, ControlStartError
 from anyrtd.daemon import Daemon
+from anyrtd.daemon_port import DaemonPort
 
 
 @pytest.fixture
-async def daemon(tmp_path: Path) -> AsyncIterator[Daemon]:
+async def daemon(tmp_path: Path) -> AsyncIterator[DaemonPort]:
     d = Daemon(Config(server="http://127.0.0.1:9", state_dir=tmp_path / "state"))
     try:
-        yield d
+        yield d.port
     finally:
         await d.client.aclose()
 
@@ -40,7 +41,7 @@ def short_socket(tmp_path: Path, name: str = "c.sock") -> Path:
 
 
 async def test_unix_socket_is_created_0600_whatever_the_umask(
-    daemon: Daemon, tmp_path: Path
+    daemon: DaemonPort, tmp_path: Path
 ) -> None:
     path = short_socket(tmp_path)
     old = os.umask(0)
@@ -64,7 +65,7 @@ async def test_unix_socket_is_created_0600_whatever_the_umask(
     assert not path.exists()
 
 
-async def test_a_stale_socket_is_replaced(daemon: Daemon, tmp_path: Path) -> None:
+async def test_a_stale_socket_is_replaced(daemon: DaemonPort, tmp_path: Path) -> None:
     path = short_socket(tmp_path)
     stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     stale.bind(str(path))
@@ -77,7 +78,7 @@ async def test_a_stale_socket_is_replaced(daemon: Daemon, tmp_path: Path) -> Non
         await server.stop()
 
 
-async def test_a_live_socket_is_not_taken_over(daemon: Daemon, tmp_path: Path) -> None:
+async def test_a_live_socket_is_not_taken_over(daemon: DaemonPort, tmp_path: Path) -> None:
     path = short_socket(tmp_path)
     first = ControlServer(daemon, listen=f"unix:{path}")
     await first.start()
@@ -88,7 +89,7 @@ async def test_a_live_socket_is_not_taken_over(daemon: Daemon, tmp_path: Path) -
         await first.stop()
 
 
-async def test_a_regular_file_in_the_way_is_refused(daemon: Daemon, tmp_path: Path) -> None:
+async def test_a_regular_file_in_the_way_is_refused(daemon: DaemonPort, tmp_path: Path) -> None:
     path = short_socket(tmp_path)
     path.write_text("not a socket")
     with pytest.raises(ControlStartError, match="not a socket"):
@@ -96,7 +97,9 @@ async def test_a_regular_file_in_the_way_is_refused(daemon: Daemon, tmp_path: Pa
     assert path.read_text() == "not a socket"
 
 
-async def test_the_socket_directory_is_created_owner_only(daemon: Daemon, tmp_path: Path) -> None:
+async def test_the_socket_directory_is_created_owner_only(
+    daemon: DaemonPort, tmp_path: Path
+) -> None:
     path = tmp_path / "run" / "c.sock"
     server = ControlServer(daemon, listen=f"unix:{path}")
     await server.start()
@@ -106,7 +109,7 @@ async def test_the_socket_directory_is_created_owner_only(daemon: Daemon, tmp_pa
         await server.stop()
 
 
-async def test_tcp_port_zero_reports_the_bound_port(daemon: Daemon) -> None:
+async def test_tcp_port_zero_reports_the_bound_port(daemon: DaemonPort) -> None:
     server = ControlServer(daemon, listen="127.0.0.1:0")
     await server.start()
     try:
@@ -118,7 +121,7 @@ async def test_tcp_port_zero_reports_the_bound_port(daemon: Daemon) -> None:
         await server.stop()
 
 
-async def test_a_port_in_use_names_the_likely_cause(daemon: Daemon) -> None:
+async def test_a_port_in_use_names_the_likely_cause(daemon: DaemonPort) -> None:
     first = ControlServer(daemon, listen="127.0.0.1:0")
     await first.start()
     assert isinstance(first.address, TcpAddress)
@@ -130,12 +133,14 @@ async def test_a_port_in_use_names_the_likely_cause(daemon: Daemon) -> None:
 
 
 @pytest.mark.parametrize("listen", ["7010", "localhost", "unix:", "127.0.0.1:70100", ":7010"])
-async def test_bad_listen_addresses_are_refused(daemon: Daemon, listen: str) -> None:
+async def test_bad_listen_addresses_are_refused(daemon: DaemonPort, listen: str) -> None:
     with pytest.raises(ControlStartError, match="listen address"):
         await ControlServer(daemon, listen=listen).start()
 
 
-async def test_a_missing_or_open_token_file_stops_the_start(daemon: Daemon, tmp_path: Path) -> None:
+async def test_a_missing_or_open_token_file_stops_the_start(
+    daemon: DaemonPort, tmp_path: Path
+) -> None:
     token = tmp_path / "token"
     with pytest.raises(ControlStartError, match="not found"):
         await ControlServer(daemon, listen="127.0.0.1:0", token_file=token).start()
@@ -145,7 +150,9 @@ async def test_a_missing_or_open_token_file_stops_the_start(daemon: Daemon, tmp_
         await ControlServer(daemon, listen="127.0.0.1:0", token_file=token).start()
 
 
-async def test_the_token_is_not_asked_on_the_unix_socket(daemon: Daemon, tmp_path: Path) -> None:
+async def test_the_token_is_not_asked_on_the_unix_socket(
+    daemon: DaemonPort, tmp_path: Path
+) -> None:
     token = tmp_path / "token"
     token.write_text("abc\n")
     token.chmod(0o644)  # not even read: the socket's mode is the guard

@@ -279,7 +279,7 @@ async def test_a_trigger_on_another_spaces_chat_follows_that_spaces_feed(
             timeout=30,
             what="the other space's feed to be followed",
         )
-        facts = daemon.trigger("team-chat")
+        facts = daemon.port.trigger("team-chat")
         assert facts is not None and facts.entry is not None and facts.entry.row.marker is None
         # A message in the agent space's chat does not fire it.
         await user.upsert(
@@ -333,7 +333,7 @@ async def test_a_space_that_cannot_be_followed_is_named_in_the_log_and_health(
             what="a warning naming the space",
         )
         assert "no such space" in caplog.text
-        assert "space nowhere" in (daemon.health().last_error or "")
+        assert "space nowhere" in (daemon.port.health().last_error or "")
     finally:
         await daemon.stop()
         await user.aclose()

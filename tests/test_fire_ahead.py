@@ -433,11 +433,11 @@ async def test_a_wall_clock_stepped_back_cancels_what_was_prepared_under_the_lat
     due = stage.entry("tick").row.next_fire
     assert due is not None
     stage.clock.set(due - 0.5)
-    stage.firing.watch_clock()
+    stage.timer.watch_clock()
     await stage.timer.prepare(due, stage.clock.now())
     assert stage.timer.prepared
     stage.clock.set(due - 7200)  # two hours back
-    assert stage.firing.watch_clock() > 7000
+    assert stage.timer.watch_clock() > 7000
     assert stage.timer.prepared == []
     await stage.unit.commit(stage.clock.now())
     assert stage.sql("SELECT * FROM runs") == []

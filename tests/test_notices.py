@@ -111,7 +111,7 @@ async def test_a_silent_owner_makes_one_notice_and_a_role_move_repeats_none(
     assert a.daemon.gate.verdict == "active"
     assert len(delivered(out)) == 1 and len(await chat_notices(fleet)) == 1
 
-    answer = await a.daemon.missed("beat")
+    answer = await a.daemon.port.missed("beat")
     assert answer.missed is not None and answer.missed.last.cause == MissCause.OWNER_NOT_RUNNING
 
 

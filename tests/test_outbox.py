@@ -24,7 +24,6 @@ from anyrtd.mirror import AsyncMirror, Mirror
 from anyrtd.outbox import RUNS, TRIGGERS, DrainResult, DrainWake, drain
 from anyrtd.places import resolve_places
 from anyrtd.rows import Batch
-from anyrtd.serve import refresh_summary
 from anyrtd.vocab import RunStatus
 
 NOW = 1_800_000_000.0
@@ -328,18 +327,18 @@ async def test_the_outbox_depth_is_counted_again_only_once_the_outbox_changed(
     await daemon.open()
     try:
         assert daemon.db is not None
-        await refresh_summary(daemon, runs=False)
-        await refresh_summary(daemon, runs=False)
+        await daemon.refresh_summary(runs=False)
+        await daemon.refresh_summary(runs=False)
         assert (counts, daemon.outbox_depth) == ([0], 0)  # nothing changed: no second count
         await queue(daemon.db, [(RUNS, "r1", {"status": "ok"}), (RUNS, "r2", {})])
-        await refresh_summary(daemon, runs=False)
+        await daemon.refresh_summary(runs=False)
         assert (counts, daemon.outbox_depth) == ([0, 2], 2)
         items = await daemon.db.call(lambda m: m.outbox_pending())
         await daemon.db.call(lambda m: m.set_aside_outbox([items[0].seq], "refused", NOW))
-        await refresh_summary(daemon, runs=False)
+        await daemon.refresh_summary(runs=False)
         await daemon.db.call(lambda m: m.ack_outbox([items[1].seq]))
-        await refresh_summary(daemon, runs=False)
-        await refresh_summary(daemon, runs=False)
+        await daemon.refresh_summary(runs=False)
+        await daemon.refresh_summary(runs=False)
         assert (counts, daemon.outbox_depth) == ([0, 2, 1, 0], 0)
     finally:
         await daemon.stop()

@@ -61,7 +61,7 @@ async def test_decay_prunes_old_run_records_and_mirror_rows(fleet: Fleet) -> Non
     fleet.clock.advance(31 * 86400)  # that run is now past the 30 days kept
     recent = Upsert("recent", {"runId": "recent", "startedAt": fleet.clock.now() - 86400})
     await fleet.user.upsert(runs, [recent])
-    run_id = await node.daemon.run_now("decay")
+    run_id = await node.daemon.port.run_now("decay")
     assert run_id is not None
     await node.settle()
     left = {r["id"] for r in await fleet.user.query_all(runs)}

@@ -190,10 +190,10 @@ async def test_a_restart_reads_no_record_before_it_needs_it_and_reconciles_every
     assert h.daemon.records.unparsed() >= len(ids)  # a record with a write queued is read
     assert {rid: h.daemon.registry.entries[rid].row.next_fire for rid in ids} == armed
     await h.tick()
-    unsettled = h.daemon.registry.unsettled
+    unsettled = h.daemon.apply.unsettled
     assert h.daemon.apply.spreading and len(set(ids) & unsettled) >= len(ids) - 2
     ticks = 1 + await spread_out(h)
-    assert ticks >= len(ids) // 2 and not h.daemon.registry.unsettled
+    assert ticks >= len(ids) // 2 and not h.daemon.apply.unsettled
     assert h.daemon.records.unparsed() == 0
     assert {rid: h.daemon.registry.entries[rid].row.next_fire for rid in ids} == armed
     meta = await h.daemon.db_call(lambda m: m.snapshot().meta)
@@ -222,7 +222,7 @@ async def test_an_entry_due_before_the_spread_reaches_it_is_reconciled_before_it
     monkeypatch.setattr(apply, "SPREAD_SLICE", 0)  # the spread never comes: only the due do
     await reopen(h)
     await h.tick()
-    assert set(ids) <= h.daemon.registry.unsettled
+    assert set(ids) <= h.daemon.apply.unsettled
     t2 = h.daemon.registry.get("t2")
     assert t2 is not None and not t2.defn.enabled, "a record that no longer parses never fires"
     await h.step(60)  # T0 + 61: every entry due (armed at T0 + 1)
@@ -276,11 +276,13 @@ async def test_a_verdict_change_while_the_spread_goes_on_starts_it_again(
     claimed = set(unassigned) & set(registry.entries)
     assert len(claimed) <= 6 and h.daemon.apply.spreading
     every_id = set(h.daemon.records.ids()) | set(registry.entries)
-    assert len(every_id - registry.unsettled) >= 6
+    assert len(every_id - h.daemon.apply.unsettled) >= 6
     switch.now = Verdict.STANDBY
     await h.tick()  # the spread starts again, under the new verdict
     again = every_id - h.daemon.apply.unconfirmed  # those are reconciled every tick
-    assert len(again & registry.unsettled) >= len(again) - 3, "all again (two a tick, a change)"
+    assert len(again & h.daemon.apply.unsettled) >= len(again) - 3, (
+        "all again (two a tick, a change)"
+    )
     await spread_out(h)
     assert set(unassigned) & set(registry.entries) == claimed, "standby claims nothing more"
     switch.now = Verdict.ACTIVE

@@ -2,7 +2,7 @@
 
 Each node of the fleet (tests/fleet.py) is a real `Daemon` with its own election on one
 device of a multi-device devserver subprocess; the control API is served on that daemon
-(`make_app(daemon)`), and the answer is read over HTTP as a user's client reads it.
+(`make_app(daemon.port)`), and the answer is read over HTTP as a user's client reads it.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def ask(aiohttp_client: Any) -> Ask:
 
     async def why(node: Node, rid: str) -> dict[str, Any]:
         if node.index not in clients:
-            clients[node.index] = await aiohttp_client(make_app(node.daemon))
+            clients[node.index] = await aiohttp_client(make_app(node.daemon.port))
         resp = await clients[node.index].get(f"/triggers/{quote(rid, safe='')}/why")
         assert resp.status == 200, await resp.text()
         body: dict[str, Any] = await resp.json()

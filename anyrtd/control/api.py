@@ -80,7 +80,7 @@ def make_app(
     gate: ConnectionGate | None = None,
     pacer: Pacer | None = None,
 ) -> web.Application:
-    """Build the control API application on `port` (the daemon, or a fake of it).
+    """Build the control API application on `port` (the daemon's, or a fake of it).
 
     `gate` is the connection gate the app is served behind, if any; `pacer` spreads the
     requests' work over the loop's turns (a fresh one when not given).

@@ -164,8 +164,8 @@ class ConnectionGate:
         self.make_protocol = make_protocol
         self.limit = limit
         self.head_timeout_s = head_timeout_s
-        self.on_room: Callable[[], None] | None = None
-        """Called when a connection ends (the acceptor resumes, if it had paused)."""
+        self._acceptor: Acceptor | None = None
+        """What accepts the connections (`accept_on`): told when one ends, to resume."""
         self.accepting = 0
         """Connections accepted whose protocol is not made yet."""
         self._open: dict[_Connection, None] = {}  # in the order they opened: oldest first
@@ -217,6 +217,12 @@ class ConnectionGate:
         self._open[conn] = None
         return True
 
+    def accept_on(self, sockets: list[socket.socket]) -> Acceptor:
+        """Return the acceptor of connections on `sockets` while there is room (started)."""
+        self._acceptor = Acceptor(self, sockets)
+        self._acceptor.start()
+        return self._acceptor
+
     def register(self, conn: _Connection) -> None:
         """Note which aiohttp protocol serves `conn`, for the middleware to find it."""
         self._by_protocol[conn.inner] = conn
@@ -224,8 +230,8 @@ class ConnectionGate:
     def release(self, conn: _Connection, inner: object) -> None:
         """Forget a connection that ended; there is room again."""
         self._forget(conn, inner)
-        if self.on_room is not None:
-            self.on_room()
+        if self._acceptor is not None:
+            self._acceptor.room()
 
     def _forget(self, conn: _Connection, inner: object) -> None:
         self._open.pop(conn, None)
@@ -291,7 +297,6 @@ class Acceptor:
         self._paused = True
         self._poll: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        gate.on_room = self._room
 
     @property
     def sockets(self) -> list[socket.socket]:
@@ -309,8 +314,7 @@ class Acceptor:
         if self._poll is not None:
             self._poll.cancel()
             self._poll = None
-        self._gate.on_room = None
-        for sock in self._sockets:
+        for sock in self._sockets:  # no room resumes it now: it has no sockets left
             sock.close()
         self._sockets = []
 
@@ -326,7 +330,8 @@ class Acceptor:
             for sock in self._sockets:
                 self._loop.remove_reader(sock.fileno())
 
-    def _room(self) -> None:
+    def room(self) -> None:
+        """Resume accepting, if paused, when there is room again (a connection ended)."""
         if self._paused and self._sockets and self._gate.has_room():
             if self._poll is not None:
                 self._poll.cancel()

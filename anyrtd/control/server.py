@@ -136,8 +136,7 @@ class ControlServer:
             raise ControlStartError(
                 f"cannot listen on {address}: {exc.strerror or exc}; {hint}"
             ) from None
-        self._acceptor = Acceptor(gate, sockets)
-        self._acceptor.start()
+        self._acceptor = gate.accept_on(sockets)
         if isinstance(address, TcpAddress):
             bound = sockets[0].getsockname()
             address = TcpAddress(address.host, int(bound[1]))
