@@ -268,7 +268,7 @@ class Apply:
             case Refresh(defn=defn):
                 self.cancel(defn.id)
                 old = self.registry.get(defn.id)
-                entry = Entry(defn, new_row(defn, now, claimed=False), old.running if old else 0)
+                entry = Entry(defn, new_row(defn, now, claimed=False))
                 self.registry.put(entry)
                 self.registry.arm(entry, now)
                 self.unit.save(entry.row)

@@ -493,7 +493,7 @@ class Firing:
         self, entry: Entry, row: RunRow, ended: Coroutine[Any, Any, RunOutcome]
     ) -> asyncio.Task[None]:
         """Await a started run to its end in a task of its own, then record it."""
-        entry.running += 1
+        self.registry.began(entry.id)
         task = asyncio.create_task(self._run(entry, row, ended), name=f"run-{row.run_id}")
         self.in_flight.add(task)
         task.add_done_callback(self.in_flight.discard)
@@ -503,7 +503,7 @@ class Firing:
         try:
             outcome = await ended
         finally:
-            entry.running -= 1
+            self.registry.ended(entry.id)
         self.record_outcome(row, outcome, entry=self.registry.get(entry.id))
         with contextlib.suppress(CommitFailed):  # kept for the next commit that works
             await self.unit.commit(self.clock.now())
