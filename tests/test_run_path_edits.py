@@ -4,6 +4,7 @@ items 1 and 14)."""
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -77,3 +78,35 @@ def test_a_cron_edited_while_it_runs_fires_again_after_that_run(
 
     wait_until(a_later_run_ended, timeout=30, what="a run of x started after the edit")
     wait_until(lambda: view(served, "x")["running"] in (0, 1), timeout=5, what="x's count")
+
+
+def test_an_every_s_trigger_edited_more_often_than_its_period_still_fires(
+    served: ServeProcess, world: World
+) -> None:
+    world.put(
+        "pulse",
+        name="pulse",
+        kind="cron",
+        spec={"every_s": 3},
+        program="test:quick@v1",
+        owner="",
+        enabled=True,
+    )
+    wait_until(lambda: view(served, "pulse")["nextFire"], timeout=30, what="pulse armed")
+    first = view(served, "pulse")["nextFire"]
+    # Edits about 1 s apart for two periods, none of them of the schedule: each rebuilds the
+    # entry, and none may push the next fire out again.
+    n = 0
+    while time.time() < first + 3.5:
+        version = view(served, "pulse")["version"]
+        world.put("pulse", args={"n": n})
+        n += 1
+        wait_until(
+            lambda v=version: view(served, "pulse")["version"] != v, timeout=10, what="an edit"
+        )
+        pause_until = time.time() + 1.0
+        wait_until(lambda t=pause_until: time.time() >= t, timeout=5, what="the next edit's time")
+    assert n >= 3
+    fired = runs(served, "pulse")
+    assert fired, "pulse never fired while it was edited more often than its period"
+    assert min(r["scheduledAt"] for r in fired) == pytest.approx(first, abs=0.01)
