@@ -70,6 +70,24 @@ milliseconds and so woke the timer 0-1 ms late: `spread-10k` start lag p50 from 
 1.5 ms to 0.8 ms (docs/benchmarks.md). The loop is held that long at most, just before a
 start, when nothing else should run anyway. Only on the real clock."""
 
+
+
+def precise_sleep(seconds: float, sleep: Callable[[float], None] | None = None) -> bool:
+    """Sleep `seconds` (at most `PRECISE_S`) in this thread; return whether it slept.
+
+    A clock stepped between the look and the sleep cannot make it long: it is cut to
+    `PRECISE_S`. A sleep that fails (libfaketime's, after a step of its faked clock, raised
+    `OSError: [Errno 22]` for a deadline it had made negative) returns False, and the timer
+    looks again at its next step instead of failing its loop. A real step of the wall clock
+    does not reach the sleep itself, which counts on the monotonic clock."""
+    try:
+        (sleep or time.sleep)(min(max(0.0, seconds), PRECISE_S))
+    except OSError as exc:
+        log.debug("the timer's last stretch before a start could not be slept: %s", exc)
+        return False
+    return True
+
+
 Identity = Callable[[], tuple[str | None, str]]
 """This device's peer id and verdict, read when a batch is prepared or started."""
 
@@ -143,8 +161,9 @@ class Timer:
         now = self.clock.now()
         ready = self.prepared[0] if self.prepared else None
         if ready is not None and ready.due - now <= self._precise_s:
-            if ready.due > now:
-                time.sleep(ready.due - now)  # noqa: ASYNC251 - at most PRECISE_S, on purpose
+            if ready.due > now and not precise_sleep(ready.due - now):
+                await asyncio.sleep(0)  # the sleep failed: the next step looks again
+                return
             await self.start(ready)
             return
         due = self.registry.next_due()
@@ -395,4 +414,13 @@ class Timer:
         return rest
 
 
-__all__ = ["CLEAR_STALL_S", "LEAD_MAX_S", "LEAD_MIN_S", "PRECISE_S", "Lead", "Prepared", "Timer"]
+__all__ = [
+    "CLEAR_STALL_S",
+    "LEAD_MAX_S",
+    "LEAD_MIN_S",
+    "PRECISE_S",
+    "Lead",
+    "Prepared",
+    "Timer",
+    "precise_sleep",
+]
