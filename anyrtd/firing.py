@@ -50,6 +50,14 @@ CLOCK_STEP_TOLERANCE_S = 1.0
 """How far the wall clock may fall behind the monotonic clock between two looks before the
 recurring entries are re-armed from the new wall time (docs/schedule.md)."""
 
+MISSED_AFTER_S = 5.0
+"""How late (one default tick) a cron occurrence may be when the timer, held up meanwhile
+(the daemon stopped, its machine paused, its loop blocked), gets to it and still fire;
+later than that it is a missed occurrence, skipped and logged: a missed occurrence does not
+exist (seeds). A `once` fires late whatever the delay, and so does an occurrence the timer
+was not held up for (a wall clock stepped forward, a fire that could not be made durable
+tried again): docs/schedule.md."""
+
 MAX_MANUAL_RUNS = 16
 """How many manual runs (`POST /triggers/:id/run`) may be in flight at once on one daemon;
 one more is refused with `TooManyRuns` (the control API's 429, docs/control-api.md)."""
@@ -227,14 +235,14 @@ class Firing:
         return step
 
     async def prepare_batch(
-        self, due: float, now: float, device: str | None, verdict: str
+        self, due: float, now: float, device: str | None, verdict: str, held_up: float = 0.0
     ) -> tuple[list[Start], Undo] | None:
         """Prepare every entry due at or before `due` and commit the batch in one
         transaction; return its runs and what takes them back (None: nothing due, or the
         commit failed and the batch was taken back). Its runs wait for their start
         (`RunRow.prepared_for`: `due`, or `now` for a batch already late), a `once`'s
         consumption is held in the outbox until the start is noted, and nothing is laid over
-        the cache yet (`Timer.start`, `note_started`).
+        the cache yet (`Timer.start`, `note_started`). `held_up`: as `prepare` takes it.
 
         The garbage collector waits while a batch is prepared: a full collection in the
         middle of a burst would hold up every program after it.
@@ -247,7 +255,8 @@ class Firing:
             starts = [
                 s
                 for entry, at in popped
-                if (s := self.prepare(entry, at, now, device, verdict, ahead=True)) is not None
+                if (s := self.prepare(entry, at, now, device, verdict, ahead=True, held_up=held_up))
+                is not None
             ]
         if not await self._made_durable(apart, now, undo, len(starts)):
             return None
@@ -367,6 +376,7 @@ class Firing:
         verdict: str,
         *,
         ahead: bool = False,
+        held_up: float = 0.0,
     ) -> Start | None:
         """Queue the run of `entry` due at `due` (None: by hand) in the unit of work; re-arm
         a cron, consume a once. Return None when it does not run.
@@ -376,6 +386,10 @@ class Firing:
         cron's overlap is then judged when it starts; a `once` is consumed in the mirror and
         in a write held until its start is noted, while the entry in memory stays
         unconsumed until the start.
+
+        `held_up`: how long the timer was held up before it came to this (the daemon was
+        stopped): a cron occurrence that passed more than `MISSED_AFTER_S` ago meanwhile
+        is a missed one, not fired.
         """
         defn = entry.defn
         assert device is not None
@@ -389,6 +403,8 @@ class Firing:
             if defn.kind == Kind.CRON:
                 self.registry.arm(entry, max(now, due))
                 self.unit.save(entry.row)
+                if self.missed(entry, due, min(now - due, held_up)):
+                    return None
                 if entry.running and not ahead:
                     self.overlap_skipped(entry, due)
                     return None
@@ -429,6 +445,23 @@ class Firing:
         )
         self.unit.save_run(row)
         return entry, row, dict(defn.args)
+
+    def missed(self, entry: Entry, due: float, late: float) -> bool:
+        """Return whether the cron occurrence `due` of `entry`, come to `late` seconds after
+        its time while the timer was held up, is a missed one (later than `MISSED_AFTER_S`),
+        and log it."""
+        if late <= MISSED_AFTER_S:
+            return False
+        self.stats.missed_skips += 1
+        log.info(
+            "skipped %s at %s: missed by %.1f s (the daemon was stopped or its machine "
+            "paused); a missed occurrence does not fire late",
+            entry.id,
+            iso_time(due),
+            late,
+            extra={"trigger": entry.id},
+        )
+        return True
 
     def overlap_skipped(self, entry: Entry, due: float) -> None:
         """Count and log a cron occurrence skipped: the previous run still runs."""
@@ -728,6 +761,7 @@ def _with_line(output: str, line: str) -> str:
 
 __all__ = [
     "MAX_MANUAL_RUNS",
+    "MISSED_AFTER_S",
     "START_JOURNAL_FILE",
     "Firing",
     "NotDurable",

@@ -71,7 +71,6 @@ milliseconds and so woke the timer 0-1 ms late: `spread-10k` start lag p50 from 
 start, when nothing else should run anyway. Only on the real clock."""
 
 
-
 def precise_sleep(seconds: float, sleep: Callable[[float], None] | None = None) -> bool:
     """Sleep `seconds` (at most `PRECISE_S`) in this thread; return whether it slept.
 
@@ -151,12 +150,33 @@ class Timer:
         self._starting = False
         self._preparing: asyncio.Future[None] | None = None
         self._precise_s = PRECISE_S if isinstance(clock, SystemClock) else 0.0
+        self._watch_held_up = isinstance(clock, SystemClock)
+        """On the real clock only: a test's fake clock moves by jumps that are no stop."""
+        self._next_step: float | None = None
+        """When (monotonic) the next step should begin: the end of a step's work, or of
+        its sleep."""
+        self.held_up = 0.0
+        """How far behind `_next_step` this step began: the daemon was stopped (SIGSTOP, a
+        paused VM) or its loop blocked meanwhile. A cron occurrence that passed more than
+        `MISSED_AFTER_S` ago during it is a missed one (`Firing.missed`)."""
         firing.on_clock_step = lambda: self.cancel_all("the wall clock stepped back")
 
     async def step(self) -> None:
         """Start a prepared batch whose due time came (within `PRECISE_S` of it, sleeping
         the rest in the thread), prepare the next one when it is a lead away, fire what is
-        due late; else sleep until one of those (or `rearm`)."""
+        due late; else sleep until one of those (or `rearm`). Note first how long the
+        timer was held up since the last step should have ended (`held_up`)."""
+        if self._watch_held_up:
+            mono = self.clock.monotonic()
+            expected, self._next_step = self._next_step, None
+            self.held_up = 0.0 if expected is None else max(0.0, mono - expected)
+        try:
+            await self._step()
+        finally:
+            if self._watch_held_up and self._next_step is None:
+                self._next_step = self.clock.monotonic()
+
+    async def _step(self) -> None:
         self.firing.watch_clock()
         now = self.clock.now()
         ready = self.prepared[0] if self.prepared else None
@@ -186,6 +206,8 @@ class Timer:
                 return
         self.rearm.clear()
         timeout = min(IDLE_WAKE_S, max(0.0, min(wake, default=now + IDLE_WAKE_S) - now))
+        if self._watch_held_up:
+            self._next_step = self.clock.monotonic() + timeout
         # `asyncio.timeout`, not `wait_for`, which in 3.11 makes a task of the wait each step.
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout):
@@ -216,7 +238,7 @@ class Timer:
             started += await self.start(self.prepared[0])
         self.firing.watch_clock()
         device, verdict = self.identity()
-        prepared = await self.firing.prepare_batch(now, now, device, verdict)
+        prepared = await self.firing.prepare_batch(now, now, device, verdict, self.held_up)
         if prepared is None or not prepared[0]:
             return started
         starts, undo = prepared
@@ -265,10 +287,15 @@ class Timer:
         self.prepared.remove(batch)
         starts, dropped = [], []
         _, verdict = self.identity()
+        late = min(self.clock.now() - batch.due, self.held_up)
         for tid, start in batch.starts.items():
             entry, row, _ = start
             if verdict == Verdict.PRUNED or self.registry.get(tid) is not entry:
                 dropped.append(row)  # evicted meanwhile without a cancel: not ours to run
+            elif entry.defn.kind == Kind.CRON and self.firing.missed(
+                entry, row.scheduled_at or batch.due, late
+            ):
+                dropped.append(row)
             elif entry.defn.kind == Kind.CRON and entry.running:
                 self.firing.overlap_skipped(entry, row.scheduled_at or batch.due)
                 dropped.append(row)

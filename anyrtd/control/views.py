@@ -333,6 +333,11 @@ def metrics_text(
             "Cron occurrences skipped because the previous run was still running.",
             stats.overlap_skips,
         ),
+        (
+            "anyrtd_missed_skips_total",
+            "Cron occurrences skipped as missed: found too late (the daemon was stopped).",
+            stats.missed_skips,
+        ),
         ("anyrtd_ticks_total", "Reconcile ticks.", stats.ticks),
         (
             "anyrtd_malformed_skips_total",

@@ -21,11 +21,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from anyrtd.client import ServerClient, ServerUnavailable
-from anyrtd.clock import Clock
+from anyrtd.clock import Clock, SystemClock
 from anyrtd.config import CommandProgram
 from anyrtd.notify import child_environ
 from anyrtd.program import ProgramContext, ProgramFn, RunOutcome, RunRequest
 from anyrtd.programs import BUILTINS
+from anyrtd.runner.budget import Budget, Stalls
 from anyrtd.runner.capture import Capture, LastLine, LineSink, Pipes, RunLogger
 from anyrtd.runner.process import (
     KILL_WAIT_S,
@@ -107,7 +108,11 @@ class Runner:
         kill_grace_s: float = 2.0,
         output_cap: int = 1 << 20,
         extra_builtins: Mapping[str, ProgramFn] | None = None,
+        watch_stalls: bool | None = None,
     ) -> None:
+        """`watch_stalls`: leave out of each run's budget the time the daemon was stopped
+        (`anyrtd.runner.budget`); by default on the real clock only, as a test's fake clock
+        moves by jumps that are no stalls."""
         if not timeout_s > 0:
             raise ValueError(f"run budget must be greater than 0 s, got {timeout_s!r}")
         self._client = client
@@ -119,6 +124,9 @@ class Runner:
         self._kill_grace_s = max(0.0, kill_grace_s)
         self._output_cap = output_cap
         self._flights: set[_Flight] = set()
+        if watch_stalls is None:
+            watch_stalls = isinstance(clock, SystemClock)
+        self._stalls = Stalls(clock, watch=watch_stalls)
 
     @property
     def in_flight(self) -> int:
@@ -269,7 +277,7 @@ class Runner:
             return _Ended(
                 RunStatus.FAILED, "ProgramNotFound", self._programs.not_found(req.program)
             )
-        budget = self._clock.call_later(flight.budget_s, lambda: flight.signal("budget"))
+        budget = Budget(self._clock, self._stalls, flight.budget_s, lambda: flight.signal("budget"))
         try:
             if program.command is not None:
                 return await self._run_command(program, program.command, req, capture, flight)
