@@ -110,6 +110,7 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
             runner=self.runner,
             stats=self.stats,
             clock=self.clock,
+            by_hand=self.runner.by_hand,
         )
         self.timer = Timer(  # prepares each due batch ahead, starts it on time
             self.registry, self.firing, self.clock, lambda: (self.peer_id, self.gate.verdict)
@@ -131,7 +132,12 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
             runner=self.runner,
             port=self,
         )
-        self.runner.install(CHAT_WATCH_PROGRAM, self.role.chat.converse)
+        self.runner.install(
+            CHAT_WATCH_PROGRAM,
+            self.role.chat.converse,
+            event_only=f"{CHAT_WATCH_PROGRAM} runs only as the chat-watch record, on a new "
+            "message in the chat it watches: post one there to run it",
+        )
         self.runner.install(
             standing.DECAY_PROGRAM,
             standing.decay_program(
@@ -405,7 +411,9 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
 
     def triggers(self) -> Triggers:
         r, now = self.records, self.clock.now()
-        return Triggers(self.registry.entries, r.parsed, r.raw, self.peer_id, now)
+        return Triggers(
+            self.registry.entries, r.parsed, r.raw, self.peer_id, now, self.firing.refusal
+        )
 
     def trigger(self, trigger_id: str) -> TriggerFacts | None:
         entry = self.registry.get(trigger_id)
@@ -413,7 +421,9 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
         if entry is None and parsed is None:
             return None
         raw = None if isinstance(parsed, TriggerDef) else self.records.raw(trigger_id)
-        return TriggerFacts(trigger_id, entry, parsed, raw, self.peer_id, self.clock.now())
+        return TriggerFacts(
+            trigger_id, entry, parsed, raw, self.peer_id, self.clock.now(), self.firing.refusal
+        )
 
     async def runs(self, **query: Any) -> Sequence[RunRow]:
         return cast(list[RunRow], await self.db_call(lambda m: m.runs(**query)))

@@ -80,6 +80,16 @@ class NotDurable(Exception):
         )
 
 
+class CannotRun(Exception):
+    """A manual run refused: it could only fail on this device (docs/control-api.md)."""
+
+    def __init__(self, trigger_id: str, why: str) -> None:
+        super().__init__(
+            f"trigger {trigger_id!r} cannot be run by hand on this device, it could only "
+            f"fail: {why}"
+        )
+
+
 class TooManyRuns(Exception):
     """A manual run refused: `MAX_MANUAL_RUNS` are in flight already."""
 
@@ -163,6 +173,7 @@ class Firing:
         runner: Runner,
         stats: Stats,
         clock: Clock,
+        by_hand: Callable[[str], str | None] = lambda _program: None,
     ) -> None:
         self.registry = registry
         self.records = records
@@ -170,6 +181,8 @@ class Firing:
         self.runner = runner
         self.stats = stats
         self.clock = clock
+        self.by_hand = by_hand
+        """Why a run by hand of a program could only fail here (`Runner.by_hand`), or None."""
         self.in_flight: set[asyncio.Task[None]] = set()
         """The tasks of the runs started and not yet recorded."""
         self.manual_runs = 0
@@ -309,11 +322,14 @@ class Firing:
 
     async def run_now(self, trigger_id: str, device: str | None, verdict: str) -> str | None:
         """Run a registry entry now, outside its schedule; return the run id. Raise
-        `TooManyRuns` when `MAX_MANUAL_RUNS` manual runs are in flight already, and
-        `NotDurable` when the run could not be written to the mirror."""
+        `CannotRun` when the run could only fail here (its program runs only on an event,
+        or is not installed), `TooManyRuns` when `MAX_MANUAL_RUNS` manual runs are in
+        flight already, and `NotDurable` when the run could not be written to the mirror."""
         entry = self.registry.get(trigger_id)
         if entry is None:
             return None
+        if (why := self.refusal(entry)) is not None:
+            raise CannotRun(trigger_id, why)
         if self.manual_runs >= MAX_MANUAL_RUNS:
             raise TooManyRuns(MAX_MANUAL_RUNS)
         self.manual_runs += 1  # the slot is held from here: the commit below awaits
@@ -337,6 +353,10 @@ class Firing:
                 self.manual_runs -= 1
             else:
                 task.add_done_callback(self._manual_ended)
+
+    def refusal(self, entry: Entry) -> str | None:
+        """Return why a run by hand of `entry` could only fail here, or None."""
+        return self.by_hand(entry.defn.program)
 
     def _manual_ended(self, _task: asyncio.Task[None]) -> None:
         self.manual_runs -= 1
@@ -763,6 +783,7 @@ __all__ = [
     "MAX_MANUAL_RUNS",
     "MISSED_AFTER_S",
     "START_JOURNAL_FILE",
+    "CannotRun",
     "Firing",
     "NotDurable",
     "Start",

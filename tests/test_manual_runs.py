@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from conftest import DevserverProcess
 from control_support import ServeProcess
 from support import World, wait_until
 
+from anyrtd.cli import main
 from anyrtd.rows import RunRow
 from anyrtd.runs import rollup
 from anyrtd.vocab import Kind, LastStatus, RunStatus
@@ -90,6 +92,71 @@ def test_failing_manual_runs_do_not_disable_a_pending_once(
 
     shot = wait_until(fired, timeout=30, what="the once to fire at its at")
     assert shot[0]["scheduledAt"] == pytest.approx(at, abs=0.01)
+
+
+def test_a_run_by_hand_that_could_only_fail_is_refused_and_not_offered(
+    served: ServeProcess, world: World
+) -> None:
+    world.put(
+        "elsewhere",
+        name="elsewhere",
+        kind="cron",
+        spec={"every_s": 3600},
+        program="nobody:missing@v1",
+        owner="",
+        enabled=True,
+    )
+    world.put(
+        "fine",
+        name="fine",
+        kind="cron",
+        spec={"every_s": 3600},
+        program="test:fails@v1",
+        owner="",
+        enabled=True,
+    )
+    # chat-watch runs only on a chat message; a standing built-in whose program is not
+    # installed here (extraction); a trigger whose program is not installed here.
+    refused = ("chat-watch", "extraction", "elsewhere")
+    for rid in (*refused, "fine"):
+        wait_until(
+            lambda rid=rid: (
+                view(served, rid)["adopted"] and view(served, rid)["state"] != "claiming"
+            ),
+            timeout=30,
+            what=f"{rid} adopted",
+        )
+    assert view(served, "fine")["runNowRefused"] is None
+    with served.http() as c:
+        listed = {t["id"]: t for t in c.get("/triggers").json()}
+        for rid in refused:
+            assert view(served, rid)["runNowRefused"], rid
+            assert listed[rid]["runNowRefused"] == view(served, rid)["runNowRefused"]
+            resp = c.post(f"/triggers/{rid}/run")
+            assert resp.status_code == 409, (rid, resp.text)
+            error = resp.json()["error"]
+            assert error["code"] == "cannot_run"
+            assert f"trigger {rid!r} cannot be run by hand" in error["message"]
+            assert "\n" not in error["message"]
+        assert "runs only as the chat-watch record" in view(served, "chat-watch")["runNowRefused"]
+        assert "not installed" in view(served, "elsewhere")["runNowRefused"]
+
+    env = {
+        "ANYRTD_CONFIG": str(served.config),
+        "ANYRTD_SERVER": served.server_url,
+        "ANYRTD_LISTEN": served.listen,
+        "ANYRTD_STATE_DIR": str(served.state),
+    }
+    result = CliRunner().invoke(main, ["triggers", "run", "chat-watch"], env=env)
+    assert result.exit_code == 1, result.output
+    assert "cannot be run by hand" in result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
+
+    for rid in refused:
+        assert view(served, rid)["consecutiveFailures"] == 0
+        assert view(served, rid)["enabled"] is True
+        with served.http() as c:
+            assert c.get("/runs", params={"trigger": rid}).json() == [], rid
 
 
 def row(scheduled_at: float | None, status: RunStatus) -> RunRow:

@@ -40,7 +40,7 @@ from anyrtd.control.views import (
 )
 from anyrtd.history import RunHistory
 from anyrtd.model import TriggerDef, spec_error
-from anyrtd.port import NotDurable, Port, TooManyRuns, TriggerFacts
+from anyrtd.port import CannotRun, NotDurable, Port, TooManyRuns, TriggerFacts
 from anyrtd.standing import code_owned
 from anyrtd.vocab import (
     SOURCE_HEADER,
@@ -151,7 +151,14 @@ def _port(request: web.Request) -> Port:
 
 def _view(facts: TriggerFacts, *, detail: bool) -> dict[str, Any]:
     return trigger_view(
-        facts.id, facts.entry, facts.parsed, facts.raw, facts.peer_id, facts.now, detail=detail
+        facts.id,
+        facts.entry,
+        facts.parsed,
+        facts.raw,
+        facts.peer_id,
+        facts.now,
+        detail=detail,
+        run_refused=facts.run_refused,
     )
 
 
@@ -237,7 +244,7 @@ async def list_triggers(request: web.Request) -> web.Response:
     if everything:
         ids.update(known.parsed)
     body = request.app[LIST_CACHE].render(
-        sorted(ids), known.entries, known.parsed, known.raw, known.peer_id, known.now
+        sorted(ids), known.entries, known.parsed, known.raw, known.peer_id, known.now, known.refusal
     )
     return web.Response(body=body, content_type="application/json")
 
@@ -355,6 +362,8 @@ async def run_trigger(request: web.Request) -> web.Response:
         )
     try:
         run_id = await port.run_now(trigger_id)
+    except CannotRun as exc:
+        raise BadRequest(str(exc), status=409, code="cannot_run") from None
     except TooManyRuns as exc:
         raise BadRequest(str(exc), status=429, code="too_many_runs") from None
     except NotDurable as exc:

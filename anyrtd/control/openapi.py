@@ -109,6 +109,12 @@ _SCHEMAS: dict[str, Any] = {
                 "description": "Where the trigger stands on this device.",
             },
             "running": {"type": "integer"},
+            "runNowRefused": {
+                "type": ["string", "null"],
+                "description": "Why a run by hand could only fail on this device (its program "
+                "runs only on an event, or is not installed here): `POST /triggers/{id}/run` "
+                "answers 409 `cannot_run`. Null when it can run.",
+            },
             "marker": _STR_OR_NULL,
             "markerReason": _STR_OR_NULL,
             "malformed": {"type": "string", "description": "Why the record is skipped."},

@@ -68,8 +68,10 @@ def trigger_view(
     now: float,
     *,
     detail: bool = False,
+    run_refused: str | None = None,
 ) -> dict[str, Any]:
-    """Return the control API's view of one trigger (a registry entry or a known record)."""
+    """Return the control API's view of one trigger (a registry entry or a known record);
+    `run_refused`: why a run by hand of it could only fail here."""
     defn = _shown(trigger_id, entry, parsed, raw)
     if defn is None:
         return _malformed_view(trigger_id, parsed, raw)
@@ -94,6 +96,7 @@ def trigger_view(
         "adopted": entry is not None,
         "state": trigger_state(entry, defn, peer_id, rollup.last_status),
         "running": entry.running if entry is not None else 0,
+        "runNowRefused": run_refused,
         "marker": row.marker if row is not None else None,
         "nextFire": next_fire,
         "nextFires": [] if next_fire is None else [next_fire],
@@ -150,17 +153,22 @@ class ListCache:
         raw: Callable[[str], Mapping[str, Any] | None],
         peer_id: str | None,
         now: float,
+        refusal: Callable[[Entry], str | None] = lambda _entry: None,
     ) -> bytes:
-        """Return the JSON array of the list views of `ids`, in that order."""
+        """Return the JSON array of the list views of `ids`, in that order (`refusal`: why
+        a run by hand of an entry could only fail here)."""
         fresh: dict[str, tuple[tuple[Any, ...], bytes]] = {}
         parts: list[bytes] = []
         for tid in ids:
             entry = entries.get(tid)
             item = parsed.get(tid)
             key: tuple[Any, ...] = (item, entry, peer_id)
+            refused = None
             if entry is not None:
                 row = entry.row
+                refused = refusal(entry)
                 key += (
+                    refused,
                     entry.defn,
                     entry.running,
                     row.enabled,
@@ -176,7 +184,7 @@ class ListCache:
                 data = cached[1]
             else:
                 source = None if isinstance(item, TriggerDef) else raw(tid)
-                view = trigger_view(tid, entry, item, source, peer_id, now)
+                view = trigger_view(tid, entry, item, source, peer_id, now, run_refused=refused)
                 data = json.dumps(view, separators=(",", ":")).encode()
             fresh[tid] = (key, data)
             parts.append(data)
@@ -250,6 +258,7 @@ def _malformed_view(
         "state": TriggerState.MALFORMED,
         "malformed": parsed.reason if isinstance(parsed, Malformed) else "record not readable",
         "running": 0,
+        "runNowRefused": None,
         "marker": None,
         "nextFire": None,
         "nextFires": [],

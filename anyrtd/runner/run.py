@@ -124,6 +124,8 @@ class Runner:
         self._kill_grace_s = max(0.0, kill_grace_s)
         self._output_cap = output_cap
         self._flights: set[_Flight] = set()
+        self._event_only: dict[str, str] = {}
+        """Programs that run only on an event, and why (a run by hand can only fail)."""
         if watch_stalls is None:
             watch_stalls = isinstance(clock, SystemClock)
         self._stalls = Stalls(clock, watch=watch_stalls)
@@ -166,9 +168,22 @@ class Runner:
         """Return the program installed here under `spec`, or None."""
         return self._programs.resolve(spec)
 
-    def install(self, spec: str, main: ProgramFn) -> None:
-        """Add an in-process built-in (the daemon's `internal:` programs) unless one exists."""
+    def install(self, spec: str, main: ProgramFn, *, event_only: str | None = None) -> None:
+        """Add an in-process built-in (the daemon's `internal:` programs) unless one exists.
+        `event_only`: the program runs only on an event, and this says why (a run by hand
+        of it is refused, `by_hand`)."""
         self._programs.install(spec, main)
+        if event_only is not None:
+            self._event_only[spec] = event_only
+
+    def by_hand(self, spec: str) -> str | None:
+        """Return why a run by hand of `spec` could only fail on this device (it runs only
+        on an event, or it is not installed here), or None when it can run."""
+        if (why := self._event_only.get(spec)) is not None:
+            return why
+        if not self.is_installed(spec):
+            return self._programs.not_found(spec)
+        return None
 
     def is_installed(self, spec: str) -> bool:
         """Return whether `spec` names a program this device can run."""
