@@ -67,7 +67,7 @@ def run_now_to_its_end(served: ServeProcess, rid: str) -> dict[str, Any]:
 def test_failing_manual_runs_do_not_disable_a_pending_once(
     served: ServeProcess, world: World
 ) -> None:
-    at = time.time() + 12
+    at = time.time() + 20
     world.put(
         "later",
         name="later",

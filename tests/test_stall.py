@@ -109,7 +109,7 @@ def test_a_cron_occurrence_passed_while_the_daemon_was_stopped_is_missed_and_a_o
         "tick",
         name="tick",
         kind="cron",
-        spec={"every_s": 12},
+        spec={"every_s": 20},
         program="test:quick@v1",
         owner="",
         enabled=True,
