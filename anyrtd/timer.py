@@ -87,6 +87,10 @@ def precise_sleep(seconds: float, sleep: Callable[[float], None] | None = None) 
     return True
 
 
+STEP_WORK_S = 1.0
+"""The longest a step's own work (a prepare and its commit, a start) is expected to take:
+beyond it, the timer counts itself held up (`Timer.held_up`)."""
+
 Identity = Callable[[], tuple[str | None, str]]
 """This device's peer id and verdict, read when a batch is prepared or started."""
 
@@ -152,6 +156,8 @@ class Timer:
         self._precise_s = PRECISE_S if isinstance(clock, SystemClock) else 0.0
         self._watch_held_up = isinstance(clock, SystemClock)
         """On the real clock only: a test's fake clock moves by jumps that are no stop."""
+        self._began = 0.0
+        """When (monotonic) this step began."""
         self._next_step: float | None = None
         """When (monotonic) the next step should begin: the end of a step's work, or of
         its sleep."""
@@ -167,14 +173,16 @@ class Timer:
         due late; else sleep until one of those (or `rearm`). Note first how long the
         timer was held up since the last step should have ended (`held_up`)."""
         if self._watch_held_up:
-            mono = self.clock.monotonic()
+            self._began = mono = self.clock.monotonic()
             expected, self._next_step = self._next_step, None
             self.held_up = 0.0 if expected is None else max(0.0, mono - expected)
         try:
             await self._step()
         finally:
             if self._watch_held_up and self._next_step is None:
-                self._next_step = self.clock.monotonic()
+                # A step's work longer than `STEP_WORK_S` counts as held up too: the daemon
+                # may have been stopped in the middle of it.
+                self._next_step = min(self.clock.monotonic(), self._began + STEP_WORK_S)
 
     async def _step(self) -> None:
         self.firing.watch_clock()
@@ -206,8 +214,8 @@ class Timer:
                 return
         self.rearm.clear()
         timeout = min(IDLE_WAKE_S, max(0.0, min(wake, default=now + IDLE_WAKE_S) - now))
-        if self._watch_held_up:
-            self._next_step = self.clock.monotonic() + timeout
+        if self._watch_held_up:  # from the step's start, when `now` was read
+            self._next_step = self._began + timeout
         # `asyncio.timeout`, not `wait_for`, which in 3.11 makes a task of the wait each step.
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout):
