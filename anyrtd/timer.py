@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import select
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -75,15 +76,21 @@ def precise_sleep(seconds: float, sleep: Callable[[float], None] | None = None) 
     """Sleep `seconds` (at most `PRECISE_S`) in this thread; return whether it slept.
 
     A clock stepped between the look and the sleep cannot make it long: it is cut to
-    `PRECISE_S`. A sleep that fails (libfaketime's, after a step of its faked clock, raised
-    `OSError: [Errno 22]` for a deadline it had made negative) returns False, and the timer
-    looks again at its next step instead of failing its loop. A real step of the wall clock
-    does not reach the sleep itself, which counts on the monotonic clock."""
+    `PRECISE_S`. A real step of the wall clock does not reach `time.sleep`, which counts to
+    a deadline on the monotonic clock; a faked one can: under libfaketime with an offset
+    (and the monotonic clock left alone), every `time.sleep` fails with `OSError: [Errno
+    22]`, the deadline it is handed having been shifted. Such a sleep is taken again with a
+    relative timeout (`select`); if that fails too, it returns False and the timer looks
+    again at its next step instead of failing its loop."""
+    seconds = min(max(0.0, seconds), PRECISE_S)
     try:
-        (sleep or time.sleep)(min(max(0.0, seconds), PRECISE_S))
-    except OSError as exc:
-        log.debug("the timer's last stretch before a start could not be slept: %s", exc)
-        return False
+        (sleep or time.sleep)(seconds)
+    except OSError:
+        try:
+            select.select([], [], [], seconds)
+        except (OSError, ValueError) as exc:
+            log.debug("the timer's last stretch before a start could not be slept: %s", exc)
+            return False
     return True
 
 
