@@ -17,7 +17,7 @@ from typing import Any, cast
 
 from anyrtd import history, standing
 from anyrtd.apply import SPREAD_STALL_S, Apply
-from anyrtd.chat import CHAT_WATCH_PROGRAM, ChatWatch
+from anyrtd.chat import CHAT_WATCH_ONLY, CHAT_WATCH_PROGRAM, ChatWatch
 from anyrtd.claims import Fence
 from anyrtd.client import ServerClient, ServerError, ServerUnavailable, Upsert
 from anyrtd.clock import Clock, SystemClock
@@ -132,12 +132,7 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
             runner=self.runner,
             port=self,
         )
-        self.runner.install(
-            CHAT_WATCH_PROGRAM,
-            self.role.chat.converse,
-            event_only=f"{CHAT_WATCH_PROGRAM} runs only as the chat-watch record, on a new "
-            "message in the chat it watches: post one there to run it",
-        )
+        self.runner.install(CHAT_WATCH_PROGRAM, self.role.chat.converse, event_only=CHAT_WATCH_ONLY)
         self.runner.install(
             standing.DECAY_PROGRAM,
             standing.decay_program(
@@ -410,10 +405,8 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
     # responder use
 
     def triggers(self) -> Triggers:
-        r, now = self.records, self.clock.now()
-        return Triggers(
-            self.registry.entries, r.parsed, r.raw, self.peer_id, now, self.firing.refusal
-        )
+        r, now, refuse = self.records, self.clock.now(), self.firing.refusal
+        return Triggers(self.registry.entries, r.parsed, r.raw, self.peer_id, now, refuse)
 
     def trigger(self, trigger_id: str) -> TriggerFacts | None:
         entry = self.registry.get(trigger_id)
@@ -421,9 +414,8 @@ class Daemon(Explains):  # `why` is anyrtd.why_facts.ask
         if entry is None and parsed is None:
             return None
         raw = None if isinstance(parsed, TriggerDef) else self.records.raw(trigger_id)
-        return TriggerFacts(
-            trigger_id, entry, parsed, raw, self.peer_id, self.clock.now(), self.firing.refusal
-        )
+        now, refuse = self.clock.now(), self.firing.refusal
+        return TriggerFacts(trigger_id, entry, parsed, raw, self.peer_id, now, refuse)
 
     async def runs(self, **query: Any) -> Sequence[RunRow]:
         return cast(list[RunRow], await self.db_call(lambda m: m.runs(**query)))
