@@ -279,7 +279,12 @@ class Apply:
             case Refresh(defn=defn):
                 self.cancel(defn.id)
                 old = self.registry.get(defn.id)
-                entry = Entry(defn, new_row(defn, now, claimed=False), old.running if old else 0)
+                entry = Entry(defn, new_row(defn, now, claimed=False))
+                if old is not None and _keeps_phase(old, defn):
+                    # An edit that leaves the schedule alone keeps its phase: an every_s grid
+                    # re-anchored at each edit would never fire under edits more frequent
+                    # than its period.
+                    entry.row.armed_at = old.row.armed_at
                 self.registry.put(entry)
                 self.registry.arm(entry, now)
                 self.unit.save(entry.row)
@@ -375,6 +380,22 @@ class Apply:
         self.registry.arm(entry, now)
         self.unit.save(entry.row)
         log.info("%s %s", "enabled" if enabled else "disabled", defn.id, extra={"trigger": defn.id})
+
+
+def _keeps_phase(old: Entry, defn: TriggerDef) -> bool:
+    """Return whether the entry rebuilt for `defn` keeps `old`'s anchor: both enabled, with
+    the same schedule. A restored entry whose definition was not read yet, or was read from
+    the new record already (its fingerprint is not its row's), does not know its old
+    schedule and takes the new anchor."""
+    before = old.known_defn
+    return (
+        before is not None
+        and before.fingerprint == old.row.fingerprint
+        and old.row.enabled
+        and defn.enabled
+        and before.kind == defn.kind
+        and before.schedule == defn.schedule
+    )
 
 
 def _share(row: EntryRow, defn: TriggerDef) -> None:

@@ -36,6 +36,11 @@ log = logging.getLogger("anyrtd.chat")
 
 CHAT_WATCH_ID = "chat-watch"
 CHAT_WATCH_PROGRAM = "internal:chat-watch"
+CHAT_WATCH_ONLY = (
+    f"{CHAT_WATCH_PROGRAM} runs only as the chat-watch record, on a new message in the chat "
+    "it watches: post one there to run it"
+)
+"""Why a run by hand of the chat responder could only fail (it answers a message)."""
 RESPONDER_GROUP = "anyrtd.responders"
 BACKLOG_WINDOW_S = 3600.0
 REPLY_PREFIX = "reply-"
@@ -472,6 +477,7 @@ def _summary(text: str) -> str:
 __all__ = [
     "BACKLOG_WINDOW_S",
     "CHAT_WATCH_ID",
+    "CHAT_WATCH_ONLY",
     "CHAT_WATCH_PROGRAM",
     "RESPONDER_GROUP",
     "ChatWatch",

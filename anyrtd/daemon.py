@@ -18,7 +18,7 @@ from typing import Any
 
 from anyrtd import standing
 from anyrtd.apply import SPREAD_STALL_S, Apply
-from anyrtd.chat import CHAT_WATCH_PROGRAM, ChatWatch
+from anyrtd.chat import CHAT_WATCH_ONLY, CHAT_WATCH_PROGRAM, ChatWatch
 from anyrtd.claims import Fence
 from anyrtd.client import ServerClient, ServerError, ServerUnavailable, Upsert
 from anyrtd.clock import Clock, SystemClock
@@ -99,6 +99,7 @@ class Daemon:
             runner=self.runner,
             stats=self.stats,
             clock=self.clock,
+            by_hand=self.runner.by_hand,
         )
         # The batches prepared ahead: a tick, the drain and a large feed page wait for their
         # starts to pass (`clear_of`); a changed trigger's prepared run is cancelled there.
@@ -166,7 +167,7 @@ class Daemon:
             port=self.port,
             pace=self.ahead,
         )
-        self.runner.install(CHAT_WATCH_PROGRAM, self.role.chat.converse)
+        self.runner.install(CHAT_WATCH_PROGRAM, self.role.chat.converse, event_only=CHAT_WATCH_ONLY)
         self.runner.install(
             standing.DECAY_PROGRAM,
             standing.decay_program(

@@ -106,7 +106,8 @@ class DaemonPort:
 
     def triggers(self) -> Triggers:
         r, e, now = self.records, self.registry.entries, self.clock.now()
-        return Triggers(e, r.parsed, r.raw, self.peer_id, now, *self.notices.found)
+        missed, totals = self.notices.found
+        return Triggers(e, r.parsed, r.raw, self.peer_id, now, missed, totals, self.firing.refusal)
 
     def trigger(self, trigger_id: str) -> TriggerFacts | None:
         entry = self.registry.get(trigger_id)
@@ -114,7 +115,8 @@ class DaemonPort:
         if entry is None and parsed is None:
             return None
         raw = None if isinstance(parsed, TriggerDef) else self.records.raw(trigger_id)
-        return TriggerFacts(trigger_id, entry, parsed, raw, self.peer_id, self.clock.now())
+        now, refuse = self.clock.now(), self.firing.refusal
+        return TriggerFacts(trigger_id, entry, parsed, raw, self.peer_id, now, refuse)
 
     async def runs(self, **query: Any) -> Sequence[RunRow]:
         return cast(list[RunRow], await self._db_call(lambda m: m.runs(**query)))

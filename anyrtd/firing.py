@@ -50,6 +50,14 @@ CLOCK_STEP_TOLERANCE_S = 1.0
 """How far the wall clock may fall behind the monotonic clock between two looks before the
 recurring entries are re-armed from the new wall time (docs/schedule.md)."""
 
+MISSED_AFTER_S = 5.0
+"""How late (one default tick) a cron occurrence may be when the timer, held up meanwhile
+(the daemon stopped, its machine paused, its loop blocked), gets to it and still fire;
+later than that it is a missed occurrence, skipped and logged: a missed occurrence does not
+exist (seeds). A `once` fires late whatever the delay, and so does an occurrence the timer
+was not held up for (a wall clock stepped forward, a fire that could not be made durable
+tried again): docs/schedule.md."""
+
 MAX_MANUAL_RUNS = 16
 """How many manual runs (`POST /triggers/:id/run`) may be in flight at once on one daemon;
 one more is refused with `TooManyRuns` (the control API's 429, docs/control-api.md)."""
@@ -69,6 +77,16 @@ class NotDurable(Exception):
             f"trigger {trigger_id!r} was not started: its run could not be written to the "
             f"mirror ({cause}); nothing was recorded, free space for the state directory "
             "and run it again"
+        )
+
+
+class CannotRun(Exception):
+    """A manual run refused: it could only fail on this device (docs/control-api.md)."""
+
+    def __init__(self, trigger_id: str, why: str) -> None:
+        super().__init__(
+            f"trigger {trigger_id!r} cannot be run by hand on this device, it could only "
+            f"fail: {why}"
         )
 
 
@@ -155,6 +173,7 @@ class Firing:
         runner: Runner,
         stats: Stats,
         clock: Clock,
+        by_hand: Callable[[str], str | None] = lambda _program: None,
     ) -> None:
         self.registry = registry
         self.records = records
@@ -162,6 +181,8 @@ class Firing:
         self.runner = runner
         self.stats = stats
         self.clock = clock
+        self.by_hand = by_hand
+        """Why a run by hand of a program could only fail here (`Runner.by_hand`), or None."""
         self.in_flight: set[asyncio.Task[None]] = set()
         """The tasks of the runs started and not yet recorded."""
         self.manual_runs = 0
@@ -249,14 +270,14 @@ class Firing:
         self.stats.fires -= 1
 
     async def prepare_batch(
-        self, due: float, now: float, device: str | None, verdict: str
+        self, due: float, now: float, device: str | None, verdict: str, held_up: float = 0.0
     ) -> tuple[list[Start], Undo] | None:
         """Prepare every entry due at or before `due` and commit the batch in one
         transaction; return its runs and what takes them back (None: nothing due, or the
         commit failed and the batch was taken back). Its runs wait for their start
         (`RunRow.prepared_for`: `due`, or `now` for a batch already late), a `once`'s
         consumption is held in the outbox until the start is noted, and nothing is laid over
-        the cache yet (`Timer.start`, `note_started`).
+        the cache yet (`Timer.start`, `note_started`). `held_up`: as `prepare` takes it.
 
         The garbage collector waits while a batch is prepared: a full collection in the
         middle of a burst would hold up every program after it.
@@ -269,7 +290,8 @@ class Firing:
             starts = [
                 s
                 for entry, at in popped
-                if (s := self.prepare(entry, at, now, device, verdict, ahead=True)) is not None
+                if (s := self.prepare(entry, at, now, device, verdict, ahead=True, held_up=held_up))
+                is not None
             ]
         if not await self._made_durable(apart, now, undo, len(starts)):
             return None
@@ -322,11 +344,14 @@ class Firing:
 
     async def run_now(self, trigger_id: str, device: str | None, verdict: str) -> str | None:
         """Run a registry entry now, outside its schedule; return the run id. Raise
-        `TooManyRuns` when `MAX_MANUAL_RUNS` manual runs are in flight already, and
-        `NotDurable` when the run could not be written to the mirror."""
+        `CannotRun` when the run could only fail here (its program runs only on an event,
+        or is not installed), `TooManyRuns` when `MAX_MANUAL_RUNS` manual runs are in
+        flight already, and `NotDurable` when the run could not be written to the mirror."""
         entry = self.registry.get(trigger_id)
         if entry is None:
             return None
+        if (why := self.refusal(entry)) is not None:
+            raise CannotRun(trigger_id, why)
         if self.manual_runs >= MAX_MANUAL_RUNS:
             raise TooManyRuns(MAX_MANUAL_RUNS)
         self.manual_runs += 1  # the slot is held from here: the commit below awaits
@@ -350,6 +375,10 @@ class Firing:
                 self.manual_runs -= 1
             else:
                 task.add_done_callback(self._manual_ended)
+
+    def refusal(self, entry: Entry) -> str | None:
+        """Return why a run by hand of `entry` could only fail here, or None."""
+        return self.by_hand(entry.defn.program)
 
     def _manual_ended(self, _task: asyncio.Task[None]) -> None:
         self.manual_runs -= 1
@@ -389,6 +418,7 @@ class Firing:
         verdict: str,
         *,
         ahead: bool = False,
+        held_up: float = 0.0,
     ) -> Start | None:
         """Queue the run of `entry` due at `due` (None: by hand) in the unit of work; re-arm
         a cron, consume a once. Return None when it does not run.
@@ -398,6 +428,10 @@ class Firing:
         cron's overlap is then judged when it starts; a `once` is consumed in the mirror and
         in a write held until its start is noted, while the entry in memory stays
         unconsumed until the start.
+
+        `held_up`: how long the timer was held up before it came to this (the daemon was
+        stopped): a cron occurrence that passed more than `MISSED_AFTER_S` ago meanwhile
+        is a missed one, not fired.
         """
         defn = entry.defn
         assert device is not None
@@ -411,6 +445,8 @@ class Firing:
             if defn.kind == Kind.CRON:
                 self.registry.arm(entry, max(now, due))
                 self.unit.save(entry.row)
+                if self.missed(entry, due, min(now - due, held_up)):
+                    return None
                 if entry.running and not ahead:
                     self.overlap_skipped(entry, due)
                     return None
@@ -451,6 +487,23 @@ class Firing:
         )
         self.unit.save_run(row)
         return entry, row, dict(defn.args)
+
+    def missed(self, entry: Entry, due: float, late: float) -> bool:
+        """Return whether the cron occurrence `due` of `entry`, come to `late` seconds after
+        its time while the timer was held up, is a missed one (later than `MISSED_AFTER_S`),
+        and log it."""
+        if late <= MISSED_AFTER_S:
+            return False
+        self.stats.missed_skips += 1
+        log.info(
+            "skipped %s at %s: missed by %.1f s (the daemon was stopped or its machine "
+            "paused); a missed occurrence does not fire late",
+            entry.id,
+            iso_time(due),
+            late,
+            extra={"trigger": entry.id},
+        )
+        return True
 
     def overlap_skipped(self, entry: Entry, due: float) -> None:
         """Count and log a cron occurrence skipped: the previous run still runs."""
@@ -515,7 +568,7 @@ class Firing:
         self, entry: Entry, row: RunRow, ended: Coroutine[Any, Any, RunOutcome]
     ) -> asyncio.Task[None]:
         """Await a started run to its end in a task of its own, then record it."""
-        entry.running += 1
+        self.registry.began(entry.id)
         task = asyncio.create_task(self._run(entry, row, ended), name=f"run-{row.run_id}")
         self.in_flight.add(task)
         task.add_done_callback(self.in_flight.discard)
@@ -525,7 +578,7 @@ class Firing:
         try:
             outcome = await ended
         finally:
-            entry.running -= 1
+            self.registry.ended(entry.id)
         self.record_outcome(row, outcome, entry=self.registry.get(entry.id))
         unrecorded = ""
         try:
@@ -756,7 +809,9 @@ def _with_line(output: str, line: str) -> str:
 
 __all__ = [
     "MAX_MANUAL_RUNS",
+    "MISSED_AFTER_S",
     "START_JOURNAL_FILE",
+    "CannotRun",
     "Firing",
     "NotDurable",
     "Start",

@@ -49,6 +49,8 @@ class Stats:
     overlap_skips: int = 0
     overlap_by_trigger: Counter[str] = field(default_factory=Counter)
     """Overlap skips by trigger id (a trigger's `why` shows its count)."""
+    missed_skips: int = 0
+    """Cron occurrences found too late to fire (the daemon was stopped): missed ones."""
     ticks: int = 0
     malformed_skips: int = 0
     runs_finished: Counter[str] = field(default_factory=Counter)

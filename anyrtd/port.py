@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from anyrtd.client import Reach
-from anyrtd.firing import NotDurable, TooManyRuns
+from anyrtd.firing import CannotRun, NotDurable, TooManyRuns
 from anyrtd.history import TRIGGER_RUNS, RunHistory
 from anyrtd.metrics import Stats
 from anyrtd.missed import Missed
@@ -23,6 +23,11 @@ from anyrtd.registry import Entry
 from anyrtd.rows import RunRow
 from anyrtd.watch import MissedFacts
 from anyrtd.why import Answer
+
+
+def _runs_by_hand(_entry: Entry) -> str | None:
+    """Refuse no run by hand."""
+    return None
 
 
 @dataclass(frozen=True)
@@ -39,6 +44,8 @@ class Triggers:
     """The triggers that missed occurrences at the missed watch's last pass, by id."""
     missed_totals: Mapping[str, int] = field(default_factory=dict)
     """Missed occurrences counted since the daemon started, by trigger id."""
+    refusal: Callable[[Entry], str | None] = _runs_by_hand
+    """Why a run by hand of an entry could only fail here (`Firing.refusal`), or None."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +58,14 @@ class TriggerFacts:
     raw: Mapping[str, Any] | None
     peer_id: str | None
     now: float
+    refusal: Callable[[Entry], str | None] = _runs_by_hand
+    """Why a run by hand of an entry could only fail here (`Firing.refusal`), or None."""
+
+    @property
+    def run_refused(self) -> str | None:
+        """Why a run by hand of this trigger could only fail here (None: it can run, or it
+        is not in this device's registry)."""
+        return None if self.entry is None else self.refusal(self.entry)
 
 
 @dataclass(frozen=True)
@@ -176,11 +191,13 @@ class Port(Protocol):
 
     async def run_now(self, trigger_id: str) -> str | None:
         """Run a registry entry now, outside its schedule; return the run id. Raise
-        `TooManyRuns` when too many manual runs are in flight already."""
+        `CannotRun` when the run could only fail here, and `TooManyRuns` when too many
+        manual runs are in flight already."""
         ...
 
 
 __all__ = [
+    "CannotRun",
     "Health",
     "Metrics",
     "MissedFacts",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from anyrtd.model import TriggerDef, health_marker, once_at
@@ -19,20 +19,32 @@ class Entry:
     the record cache when it is first asked for it (`defn`), not at start.
     """
 
-    __slots__ = ("_defn", "_source", "row", "running")
+    __slots__ = ("_defn", "_runs", "_source", "row")
 
-    def __init__(self, defn: TriggerDef, row: EntryRow, running: int = 0) -> None:
+    def __init__(self, defn: TriggerDef, row: EntryRow) -> None:
         self._defn: TriggerDef | None = defn
         self._source: Callable[[EntryRow], TriggerDef] | None = None
         self.row = row
-        self.running = running
+        self._runs: Mapping[str, int] = _NO_RUNS
 
     @classmethod
     def restored(cls, row: EntryRow, source: Callable[[EntryRow], TriggerDef]) -> Entry:
         """Return the entry of `row` whose definition `source` gives when first needed."""
         entry = cls.__new__(cls)
-        entry._defn, entry._source, entry.row, entry.running = None, source, row, 0
+        entry._defn, entry._source, entry.row, entry._runs = None, source, row, _NO_RUNS
         return entry
+
+    @property
+    def running(self) -> int:
+        """How many runs of this trigger are in flight: counted by trigger id in the
+        registry that holds the entry (`Registry.running`), so an entry rebuilt while a run
+        is in flight counts it, and the run's end is counted off whichever entry is current."""
+        return self._runs.get(self.row.trigger_id, 0)
+
+    @property
+    def known_defn(self) -> TriggerDef | None:
+        """The definition if it was read already (a restored entry's may not be yet)."""
+        return self._defn
 
     @property
     def defn(self) -> TriggerDef:
@@ -59,6 +71,10 @@ class Entry:
     @property
     def confirmed(self) -> bool:
         return self.row.claimed_at is None
+
+
+_NO_RUNS: Mapping[str, int] = {}
+"""The run counts of an entry no registry holds: none."""
 
 
 def new_row(defn: TriggerDef, now: float, *, claimed: bool) -> EntryRow:
@@ -103,6 +119,10 @@ class Registry:
     """The scheduledAt of each recurring entry's last fired occurrence: a wall clock stepped
     back re-arms the entries from the new time, and this keeps that occurrence from firing
     twice."""
+    running: dict[str, int] = field(default_factory=dict)
+    """Runs in flight by trigger id (`began`, `ended`), kept by id rather than on an entry:
+    an entry is rebuilt while a run is in flight (an edit, a repin back, an enable flip, a
+    restore), and the run's end must be counted off the entry that is current then."""
     _heap: list[tuple[float, str]] = field(default_factory=list)
 
     def __len__(self) -> int:
@@ -115,6 +135,7 @@ class Registry:
         return self.entries.get(trigger_id)
 
     def put(self, entry: Entry) -> None:
+        entry._runs = self.running
         self.entries[entry.id] = entry
         if entry.kind == Kind.EVENT:
             self.events.add(entry.id)
@@ -124,9 +145,10 @@ class Registry:
 
     def put_all(self, entries: Iterable[Entry]) -> None:
         """Put many entries as `put` does each (a restore), the heap rebuilt once."""
-        by_id, events, heap = self.entries, self.events, self._heap
+        by_id, events, heap, running = self.entries, self.events, self._heap, self.running
         for entry in entries:
             rid, due = entry.id, entry.row.next_fire
+            entry._runs = running
             by_id[rid] = entry
             if entry.kind == Kind.EVENT:
                 events.add(rid)
@@ -136,8 +158,21 @@ class Registry:
                 heap.append((due, rid))
         heapq.heapify(heap)
 
+    def began(self, trigger_id: str) -> None:
+        """Count a run of `trigger_id` that started."""
+        self.running[trigger_id] = self.running.get(trigger_id, 0) + 1
+
+    def ended(self, trigger_id: str) -> None:
+        """Count off a run of `trigger_id` that ended (whatever entry holds the id now)."""
+        left = self.running.get(trigger_id, 0) - 1
+        if left > 0:
+            self.running[trigger_id] = left
+        else:
+            self.running.pop(trigger_id, None)
+
     def remove(self, trigger_id: str) -> Entry | None:
-        # The heap keeps a stale item; `pop_due` drops it because the entry is gone.
+        # The heap keeps a stale item; `pop_due` drops it because the entry is gone. A run in
+        # flight stays counted under the id until it ends (the record may come back).
         self.events.discard(trigger_id)
         self.last_fired.pop(trigger_id, None)
         return self.entries.pop(trigger_id, None)

@@ -138,8 +138,6 @@ class Role:
     def _take_over(self, now: float, peer_id: str) -> None:
         fresh = standing.entries(peer_id, self.records.raw, self.runner.is_installed, now)
         for entry in fresh:
-            old = self.registry.get(entry.id)
-            entry.running = old.running if old is not None else 0
             self.registry.put(entry)
             self.registry.arm(entry, now)  # strictly forward: no wake-and-replay burst
             self.unit.save(entry.row)

@@ -213,9 +213,14 @@ def rollup(
     its program starts (`firing`), so the rollup of a trigger of `kind` once writes every
     field but that one: a run by hand leaves a pending shot to fire at its `at` (on whichever
     device holds it, after any restart), and a run that ends after the record was armed
-    again (a new `at`) does not consume the new shot.
+    again (a new `at`) does not consume the new shot. For the same reason a run by hand of
+    a `once` (no `scheduledAt`) neither counts toward its breaker nor resets it: three
+    failing runs by hand must not disable a shot still to fire (docs/control-api.md).
     """
-    if row.status == RunStatus.OK:
+    counted = not (kind == Kind.ONCE and row.scheduled_at is None)
+    if not counted:
+        pass  # a run by hand of a once: its breaker guards the shot, which it does not take
+    elif row.status == RunStatus.OK:
         failures = 0
     elif row.status in BREAKER_STATUSES and row.error_type not in NOT_THE_PROGRAMS:
         failures += 1
@@ -232,7 +237,7 @@ def rollup(
     }
     if kind == Kind.ONCE:
         del fields[RollupField.LAST_RUN_AT]
-    tripped = armed and limit > 0 and failures >= limit
+    tripped = counted and armed and limit > 0 and failures >= limit
     if tripped:
         fields["enabled"] = False
         fields[RollupField.LAST_STATUS] = LastStatus.AUTO_DISABLED

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import select
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -70,6 +71,33 @@ PRECISE_S = 0.0015
 milliseconds and so woke the timer 0-1 ms late: `spread-10k` start lag p50 from about
 1.5 ms to 0.8 ms (docs/benchmarks.md). The loop is held that long at most, just before a
 start, when nothing else should run anyway. Only on the real clock."""
+
+
+def precise_sleep(seconds: float, sleep: Callable[[float], None] | None = None) -> bool:
+    """Sleep `seconds` (at most `PRECISE_S`) in this thread; return whether it slept.
+
+    A clock stepped between the look and the sleep cannot make it long: it is cut to
+    `PRECISE_S`. A real step of the wall clock does not reach `time.sleep`, which counts to
+    a deadline on the monotonic clock; a faked one can: under libfaketime with an offset
+    (and the monotonic clock left alone), every `time.sleep` fails with `OSError: [Errno
+    22]`, the deadline it is handed having been shifted. Such a sleep is taken again with a
+    relative timeout (`select`); if that fails too, it returns False and the timer looks
+    again at its next step instead of failing its loop."""
+    seconds = min(max(0.0, seconds), PRECISE_S)
+    try:
+        (sleep or time.sleep)(seconds)
+    except OSError:
+        try:
+            select.select([], [], [], seconds)
+        except (OSError, ValueError) as exc:
+            log.debug("the timer's last stretch before a start could not be slept: %s", exc)
+            return False
+    return True
+
+
+STEP_WORK_S = 1.0
+"""The longest a step's own work (a prepare and its commit, a start) is expected to take:
+beyond it, the timer counts itself held up (`Timer.held_up`)."""
 
 Identity = Callable[[], tuple[str | None, str]]
 """This device's peer id and verdict, read when a batch is prepared or started."""
@@ -208,6 +236,17 @@ class Timer:
         self._starting = False
         self._preparing: asyncio.Future[None] | None = None
         self._precise_s = PRECISE_S if isinstance(clock, SystemClock) else 0.0
+        self._watch_held_up = isinstance(clock, SystemClock)
+        """On the real clock only: a test's fake clock moves by jumps that are no stop."""
+        self._began = 0.0
+        """When (monotonic) this step began."""
+        self._next_step: float | None = None
+        """When (monotonic) the next step should begin: the end of a step's work, or of
+        its sleep."""
+        self.held_up = 0.0
+        """How far behind `_next_step` this step began: the daemon was stopped (SIGSTOP, a
+        paused VM) or its loop blocked meanwhile. A cron occurrence that passed more than
+        `MISSED_AFTER_S` ago during it is a missed one (`Firing.missed`)."""
 
     @property
     def prepared(self) -> list[Prepared]:
@@ -225,13 +264,28 @@ class Timer:
     async def step(self) -> None:
         """Start a prepared batch whose due time came (within `PRECISE_S` of it, sleeping
         the rest in the thread), prepare the next one when it is a lead away, fire what is
-        due late; else sleep until one of those (or `rearm`)."""
+        due late; else sleep until one of those (or `rearm`). Note first how long the
+        timer was held up since the last step should have ended (`held_up`)."""
+        if self._watch_held_up:
+            self._began = mono = self.clock.monotonic()
+            expected, self._next_step = self._next_step, None
+            self.held_up = 0.0 if expected is None else max(0.0, mono - expected)
+        try:
+            await self._step()
+        finally:
+            if self._watch_held_up and self._next_step is None:
+                # A step's work longer than `STEP_WORK_S` counts as held up too: the daemon
+                # may have been stopped in the middle of it.
+                self._next_step = min(self.clock.monotonic(), self._began + STEP_WORK_S)
+
+    async def _step(self) -> None:
         self.watch_clock()
         now = self.clock.now()
         ready = self.prepared[0] if self.prepared else None
         if ready is not None and ready.due - now <= self._precise_s:
-            if ready.due > now:
-                time.sleep(ready.due - now)  # noqa: ASYNC251 - at most PRECISE_S, on purpose
+            if ready.due > now and not precise_sleep(ready.due - now):
+                await asyncio.sleep(0)  # the sleep failed: the next step looks again
+                return
             await self.start(ready)
             return
         due = self.registry.next_due()
@@ -254,6 +308,8 @@ class Timer:
                 return
         self.rearm.clear()
         timeout = min(IDLE_WAKE_S, max(0.0, min(wake, default=now + IDLE_WAKE_S) - now))
+        if self._watch_held_up:  # from the step's start, when `now` was read
+            self._next_step = self._began + timeout
         # `asyncio.timeout`, not `wait_for`, which in 3.11 makes a task of the wait each step.
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout):
@@ -273,7 +329,7 @@ class Timer:
         device, verdict = self.identity()
         if self.settle is not None:
             self.settle.settle_due(now)
-        prepared = await self.firing.prepare_batch(now, now, device, verdict)
+        prepared = await self.firing.prepare_batch(now, now, device, verdict, self.held_up)
         if prepared is None or not prepared[0]:
             return started
         starts, undo = prepared
@@ -323,10 +379,15 @@ class Timer:
         self.prepared.remove(batch)
         starts, dropped = [], []
         _, verdict = self.identity()
+        late = min(self.clock.now() - batch.due, self.held_up)
         for tid, start in batch.starts.items():
             entry, row, _ = start
             if verdict == Verdict.PRUNED or self.registry.get(tid) is not entry:
                 dropped.append(row)  # evicted meanwhile without a cancel: not ours to run
+            elif entry.defn.kind == Kind.CRON and self.firing.missed(
+                entry, row.scheduled_at or batch.due, late
+            ):
+                dropped.append(row)
             elif entry.defn.kind == Kind.CRON and entry.running:
                 self.firing.overlap_skipped(entry, row.scheduled_at or batch.due)
                 dropped.append(row)
@@ -458,4 +519,5 @@ __all__ = [
     "Prepared",
     "Settles",
     "Timer",
+    "precise_sleep",
 ]

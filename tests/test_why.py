@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from anyrtd.model import Malformed, TriggerDef, parse_record
-from anyrtd.registry import Entry, new_row
+from anyrtd.registry import Entry, Registry, new_row
 from anyrtd.vocab import Cause, LastStatus, Marker, Verdict
 from anyrtd.why import (
     LIVE,
@@ -243,7 +243,9 @@ def test_no_occurrence_ahead() -> None:
 def test_notes_do_not_stop_it() -> None:
     d = defn(consecutiveFailures=2)
     e = entry(d, consecutive_failures=2)
-    e.running = 1
+    registry = Registry()
+    registry.put(e)
+    registry.began(e.id)
     answer = explain(facts(d, e, overlap_skips=4, failures=[Failure("r9", NOW, "boom")]))
     assert answer.fires
     assert [(r.cause, r.blocking) for r in answer.reasons] == [

@@ -41,7 +41,7 @@ from anyrtd.control.views import (
 )
 from anyrtd.history import RunHistory
 from anyrtd.model import TriggerDef, id_problem, spec_error
-from anyrtd.port import NotDurable, Port, TooManyRuns, TriggerFacts
+from anyrtd.port import CannotRun, NotDurable, Port, TooManyRuns, TriggerFacts
 from anyrtd.standing import code_owned
 from anyrtd.vocab import (
     SOURCE_HEADER,
@@ -160,6 +160,7 @@ def _view(facts: TriggerFacts, *, detail: bool) -> dict[str, Any]:
         facts.peer_id,
         facts.now,
         detail=detail,
+        run_refused=facts.run_refused,
     )
 
 
@@ -278,7 +279,14 @@ async def list_triggers(request: web.Request) -> web.Response:
     if everything:
         ids.update(known.parsed)
     body = request.app[LIST_CACHE].render(
-        sorted(ids), known.entries, known.parsed, known.raw, known.peer_id, known.now, known.missed
+        sorted(ids),
+        known.entries,
+        known.parsed,
+        known.raw,
+        known.peer_id,
+        known.now,
+        missed=known.missed,
+        refusal=known.refusal,
     )
     return web.Response(body=body, content_type="application/json")
 
@@ -402,6 +410,8 @@ async def run_trigger(request: web.Request) -> web.Response:
         )
     try:
         run_id = await port.run_now(trigger_id)
+    except CannotRun as exc:
+        raise BadRequest(str(exc), status=409, code="cannot_run") from None
     except TooManyRuns as exc:
         raise BadRequest(str(exc), status=429, code="too_many_runs") from None
     except NotDurable as exc:

@@ -40,8 +40,9 @@ def _errors(*statuses: int) -> dict[str, Any]:
         401: "A bearer token is required (TCP listener with token_file).",
         403: "Refused: the Host is not loopback, or a cross-site write.",
         404: "No such trigger or run.",
-        409: "The trigger is not in this device's registry (run), or the change is to a "
-        "standing built-in's code-owned definition (PATCH).",
+        409: "The trigger is not in this device's registry (run), a run by hand of it "
+        "could only fail here (run: its program runs only on an event, or is not installed), "
+        "or the change is to a standing built-in's code-owned definition (PATCH).",
         415: "A body that is not JSON.",
         429: "Too many manual runs in flight on this daemon (16): wait for one to end.",
         502: "The any server refused the write.",
@@ -111,6 +112,12 @@ _SCHEMAS: dict[str, Any] = {
                 "description": "Where the trigger stands on this device.",
             },
             "running": {"type": "integer"},
+            "runNowRefused": {
+                "type": ["string", "null"],
+                "description": "Why a run by hand could only fail on this device (its program "
+                "runs only on an event, or is not installed here): `POST /triggers/{id}/run` "
+                "answers 409 `cannot_run`. Null when it can run.",
+            },
             "marker": _STR_OR_NULL,
             "markerReason": _STR_OR_NULL,
             "malformed": {"type": "string", "description": "Why the record is skipped."},

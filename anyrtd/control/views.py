@@ -71,8 +71,10 @@ def trigger_view(
     *,
     detail: bool = False,
     missed: Missed | None = None,
+    run_refused: str | None = None,
 ) -> dict[str, Any]:
-    """Return the control API's view of one trigger (a registry entry or a known record)."""
+    """Return the control API's view of one trigger (a registry entry or a known record);
+    `run_refused`: why a run by hand of it could only fail here."""
     defn = _shown(trigger_id, entry, parsed, raw)
     if defn is None:
         return _malformed_view(trigger_id, parsed, raw)
@@ -97,6 +99,7 @@ def trigger_view(
         "adopted": entry is not None,
         "state": trigger_state(entry, defn, peer_id, rollup.last_status),
         "running": entry.running if entry is not None else 0,
+        "runNowRefused": run_refused,
         "marker": row.marker if row is not None else None,
         "nextFire": next_fire,
         "nextFires": [] if next_fire is None else [next_fire],
@@ -155,8 +158,10 @@ class ListCache:
         peer_id: str | None,
         now: float,
         missed: Mapping[str, Missed] | None = None,
+        refusal: Callable[[Entry], str | None] = lambda _entry: None,
     ) -> bytes:
-        """Return the JSON array of the list views of `ids`, in that order."""
+        """Return the JSON array of the list views of `ids`, in that order (`refusal`: why
+        a run by hand of an entry could only fail here)."""
         fresh: dict[str, tuple[tuple[Any, ...], bytes]] = {}
         parts: list[bytes] = []
         for tid in ids:
@@ -164,9 +169,12 @@ class ListCache:
             item = parsed.get(tid)
             key: tuple[Any, ...] = (item, entry, peer_id)
             gap = missed.get(tid) if missed else None
+            refused = None
             if entry is not None:
                 row = entry.row
+                refused = refusal(entry)
                 key += (
+                    refused,
                     entry.defn,
                     entry.running,
                     row.enabled,
@@ -183,7 +191,9 @@ class ListCache:
                 data = cached[1]
             else:
                 source = None if isinstance(item, TriggerDef) else raw(tid)
-                view = trigger_view(tid, entry, item, source, peer_id, now, missed=gap)
+                view = trigger_view(
+                    tid, entry, item, source, peer_id, now, missed=gap, run_refused=refused
+                )
                 data = json.dumps(view, separators=(",", ":")).encode()
             fresh[tid] = (key, data)
             parts.append(data)
@@ -297,6 +307,7 @@ def _malformed_view(
         "state": TriggerState.MALFORMED,
         "malformed": parsed.reason if isinstance(parsed, Malformed) else "record not readable",
         "running": 0,
+        "runNowRefused": None,
         "marker": None,
         "nextFire": None,
         "nextFires": [],
@@ -384,6 +395,11 @@ def metrics_text(
             "anyrtd_overlap_skips_total",
             "Cron occurrences skipped because the previous run was still running.",
             stats.overlap_skips,
+        ),
+        (
+            "anyrtd_missed_skips_total",
+            "Cron occurrences skipped as missed: found too late (the daemon was stopped).",
+            stats.missed_skips,
         ),
         ("anyrtd_ticks_total", "Reconcile ticks.", stats.ticks),
         (

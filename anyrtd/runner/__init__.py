@@ -2,6 +2,8 @@
 
 - `run`: the `Runner`, one run from start to `RunOutcome` (budget, interrupt, in-process
   programs and commands);
+- `budget`: a run's budget, counted on the time the daemon was there to watch it (a
+  stopped daemon does not blame its programs);
 - `resolve`: which program a spec names on this device (built-ins, entry points, commands);
 - `capture`: the run's output, kept up to the cap, and the result line;
 - `process`: a command's process group, stopped whole.

@@ -21,11 +21,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from anyrtd.client import ServerClient, ServerUnavailable
-from anyrtd.clock import Clock
+from anyrtd.clock import Clock, SystemClock
 from anyrtd.config import CommandProgram
 from anyrtd.notify import child_environ
 from anyrtd.program import ProgramContext, ProgramFn, RunOutcome, RunRequest
 from anyrtd.programs import BUILTINS
+from anyrtd.runner.budget import Budget, Stalls
 from anyrtd.runner.capture import Capture, LastLine, LineSink, Pipes, RunLogger
 from anyrtd.runner.process import (
     KILL_WAIT_S,
@@ -107,7 +108,11 @@ class Runner:
         kill_grace_s: float = 2.0,
         output_cap: int = 1 << 20,
         extra_builtins: Mapping[str, ProgramFn] | None = None,
+        watch_stalls: bool | None = None,
     ) -> None:
+        """`watch_stalls`: leave out of each run's budget the time the daemon was stopped
+        (`anyrtd.runner.budget`); by default on the real clock only, as a test's fake clock
+        moves by jumps that are no stalls."""
         if not timeout_s > 0:
             raise ValueError(f"run budget must be greater than 0 s, got {timeout_s!r}")
         self._client = client
@@ -119,6 +124,11 @@ class Runner:
         self._kill_grace_s = max(0.0, kill_grace_s)
         self._output_cap = output_cap
         self._flights: set[_Flight] = set()
+        self._event_only: dict[str, str] = {}
+        """Programs that run only on an event, and why (a run by hand can only fail)."""
+        if watch_stalls is None:
+            watch_stalls = isinstance(clock, SystemClock)
+        self._stalls = Stalls(clock, watch=watch_stalls)
 
     @property
     def in_flight(self) -> int:
@@ -158,9 +168,22 @@ class Runner:
         """Return the program installed here under `spec`, or None."""
         return self._programs.resolve(spec)
 
-    def install(self, spec: str, main: ProgramFn) -> None:
-        """Add an in-process built-in (the daemon's `internal:` programs) unless one exists."""
+    def install(self, spec: str, main: ProgramFn, *, event_only: str | None = None) -> None:
+        """Add an in-process built-in (the daemon's `internal:` programs) unless one exists.
+        `event_only`: the program runs only on an event, and this says why (a run by hand
+        of it is refused, `by_hand`)."""
         self._programs.install(spec, main)
+        if event_only is not None:
+            self._event_only[spec] = event_only
+
+    def by_hand(self, spec: str) -> str | None:
+        """Return why a run by hand of `spec` could only fail on this device (it runs only
+        on an event, or it is not installed here), or None when it can run."""
+        if (why := self._event_only.get(spec)) is not None:
+            return why
+        if not self.is_installed(spec):
+            return self._programs.not_found(spec)
+        return None
 
     def is_installed(self, spec: str) -> bool:
         """Return whether `spec` names a program this device can run."""
@@ -269,7 +292,7 @@ class Runner:
             return _Ended(
                 RunStatus.FAILED, "ProgramNotFound", self._programs.not_found(req.program)
             )
-        budget = self._clock.call_later(flight.budget_s, lambda: flight.signal("budget"))
+        budget = Budget(self._clock, self._stalls, flight.budget_s, lambda: flight.signal("budget"))
         try:
             if program.command is not None:
                 return await self._run_command(program, program.command, req, capture, flight)

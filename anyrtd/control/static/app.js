@@ -498,7 +498,9 @@ async function loadWords() {
         row.toggle.dataset.action = action;
         row.toggle.textContent = action;
       }
-      row.run.hidden = !t.adopted;
+      // A run by hand that could only fail here (chat-watch, a program not installed) is
+      // not offered; the control API would refuse it (409 cannot_run).
+      row.run.hidden = !t.adopted || Boolean(t.runNowRefused);
       if (body.rows[i] !== row.tr) body.insertBefore(row.tr, body.rows[i] || null);
     });
     for (const [id, row] of view.rows) {
