@@ -24,7 +24,7 @@ from anyrtd.config import Config
 from anyrtd.control.writes import Records, WriteError
 from anyrtd.devserver import DevServerError, start_devserver
 from anyrtd.serve import StartError, start_daemon
-from anyrtd.statedir import StateDirError, hold_state_dir
+from anyrtd.statedir import StateDirError, lock_state_dir
 from anyrtd.vocab import Kind
 
 log = logging.getLogger("anyrtd.dev")
@@ -128,7 +128,7 @@ async def run_dev(
     `hurry` is set, interrupt the runs in flight); call `ready` with what runs where once
     everything answers."""
     try:
-        hold_state_dir(config.state_dir)  # before anything is opened: one daemon per mirror
+        lock_state_dir(config.state_dir)  # before anything is opened: one daemon per mirror
     except StateDirError as exc:
         raise DevError(str(exc)) from None
     config.state_dir.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,7 @@ from anyrtd.election import Election
 from anyrtd.mirror import rebuild_if_lost
 from anyrtd.mirror_guard import MirrorFault
 from anyrtd.notify import Notifier, run_watchdog
-from anyrtd.statedir import StateDirError, hold_state_dir
+from anyrtd.statedir import StateDirError, lock_state_dir
 
 log = logging.getLogger("anyrtd.serve")
 
@@ -165,7 +165,7 @@ async def serve(
     mirror fails under it (deleted, replaced, damaged): it stops then, before writing more.
     """
     try:
-        hold_state_dir(config.state_dir)  # before anything is opened: one daemon per mirror
+        lock_state_dir(config.state_dir)  # before anything is opened: one daemon per mirror
     except StateDirError as exc:
         raise StartError(str(exc)) from None
     if rebuild_mirror:

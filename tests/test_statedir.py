@@ -16,7 +16,7 @@ from conftest import DevserverProcess, anyrtd_command
 from control_support import ServeProcess
 from support import wait_until
 
-from anyrtd.statedir import LOCK_FILE, StateDirBusy, hold_state_dir
+from anyrtd.statedir import LOCK_FILE, StateDirBusy, lock_state_dir
 
 
 @pytest.fixture
@@ -102,8 +102,8 @@ HOLD_AND_SPAWN = textwrap.dedent(
     """
     import subprocess, sys
     from pathlib import Path
-    from anyrtd.statedir import hold_state_dir
-    hold_state_dir(Path(sys.argv[1]))
+    from anyrtd.statedir import lock_state_dir
+    lock_state_dir(Path(sys.argv[1]))
     child = subprocess.Popen(["sleep", "300"], start_new_session=True)
     print(child.pid, flush=True)
     sys.stdin.read()  # held until the test kills this process
@@ -123,11 +123,11 @@ def test_a_program_that_outlives_its_daemon_does_not_keep_the_lock(tmp_path: Pat
         orphan = int(holder.stdout.readline())
         try:
             with pytest.raises(StateDirBusy, match=f"pid {holder.pid}"):
-                hold_state_dir(state)
+                lock_state_dir(state)
             holder.kill()
             holder.wait(timeout=30)
             assert _alive(orphan)  # the program still runs
-            hold_state_dir(state)  # ...and the directory is free
+            lock_state_dir(state)  # ...and the directory is free
             assert (state / LOCK_FILE).read_text() == f"{os.getpid()}\n"
         finally:
             holder.kill()
@@ -144,9 +144,9 @@ def _alive(pid: int) -> bool:
 
 
 def test_holding_a_directory_this_process_holds_is_a_no_op(tmp_path: Path) -> None:
-    hold_state_dir(tmp_path / "state")
-    hold_state_dir(tmp_path / "state")
-    hold_state_dir(tmp_path / "." / "state")
+    lock_state_dir(tmp_path / "state")
+    lock_state_dir(tmp_path / "state")
+    lock_state_dir(tmp_path / "." / "state")
     assert (tmp_path / "state" / LOCK_FILE).read_text() == f"{os.getpid()}\n"
 
 
@@ -157,7 +157,7 @@ def test_a_holder_that_wrote_no_pid_is_still_refused(tmp_path: Path) -> None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # a lock on its own description, like another process
         with pytest.raises(StateDirBusy, match="its pid is not recorded"):
-            hold_state_dir(state)
+            lock_state_dir(state)
     finally:
         os.close(fd)
 
@@ -168,6 +168,6 @@ def test_a_lock_file_root_makes_belongs_to_the_state_directorys_owner(tmp_path: 
     state = tmp_path / "state"
     state.mkdir()
     os.chown(state, 65534, 65534)  # a service's user, as StateDirectory= leaves it
-    hold_state_dir(state)
+    lock_state_dir(state)
     made = (state / LOCK_FILE).stat()
     assert (made.st_uid, made.st_gid) == (65534, 65534)

@@ -122,7 +122,7 @@ def db_upgrade(config: Config) -> None:
     """Bring the mirror's schema to the revision this anyrtd needs."""
     from anyrtd.mirror import Mirror
 
-    hold(config)  # not under a running daemon
+    lock_state(config)  # not under a running daemon
     path = config.mirror_path
     with mirror_faults(path):
         mirror = Mirror(path)
@@ -179,17 +179,17 @@ def db_rebuild(config: Config) -> None:
     """
     from anyrtd.mirror_guard import rebuild
 
-    hold(config)  # not under a running daemon
+    lock_state(config)  # not under a running daemon
     with mirror_faults(config.mirror_path):
         echo(rebuild(config.mirror_path, "asked by `anyrtd db rebuild`"))
 
 
-def hold(config: Config) -> None:
-    """Hold the state directory for this command, or exit with the one line that says why."""
-    from anyrtd.statedir import StateDirError, hold_state_dir
+def lock_state(config: Config) -> None:
+    """Lock the state directory for this command, or exit with the one line that says why."""
+    from anyrtd.statedir import StateDirError, lock_state_dir
 
     try:
-        hold_state_dir(config.state_dir)
+        lock_state_dir(config.state_dir)
     except StateDirError as exc:
         raise click.ClickException(str(exc)) from None
 
