@@ -38,19 +38,19 @@ class Stalls:
         self._total = 0.0
         self._expected: float | None = None
         self._beat_handle: Cancellable | None = None
-        self._holders = 0
+        self._watchers = 0
 
-    def hold(self) -> float:
-        """Watch for stalls until `release` (a run began); return the total so far."""
-        self._holders += 1
+    def join(self) -> float:
+        """Watch for stalls until `leave` (a run began); return the total so far."""
+        self._watchers += 1
         if self._watch and self._beat_handle is None:
             self._arm()
         return self.total()
 
-    def release(self) -> None:
+    def leave(self) -> None:
         """Stop watching once no run is in flight."""
-        self._holders = max(0, self._holders - 1)
-        if self._holders == 0 and self._beat_handle is not None:
+        self._watchers = max(0, self._watchers - 1)
+        if self._watchers == 0 and self._beat_handle is not None:
             self._beat_handle.cancel()
             self._beat_handle, self._expected = None, None
 
@@ -91,7 +91,7 @@ class Budget:
         self.budget_s = budget_s
         self._spent = spent
         self._began = clock.monotonic()
-        self._stalled_before = stalls.hold()
+        self._stalled_before = stalls.join()
         self._handle: Cancellable | None = clock.call_later(budget_s, self._check)
 
     def used(self) -> float:
@@ -112,7 +112,7 @@ class Budget:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
-        self._stalls.release()
+        self._stalls.leave()
 
 
 __all__ = ["BEAT_S", "STALL_S", "Budget", "Stalls"]
