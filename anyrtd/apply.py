@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from anyrtd.claims import Fence
 from anyrtd.clock import Clock, SystemClock
-from anyrtd.heap import collector_held, keep_built
+from anyrtd.heap import gc_paused, keep_built
 from anyrtd.metrics import Stats
 from anyrtd.model import Malformed, TriggerDef, health_marker, stand_in
 from anyrtd.reconcile import (
@@ -99,7 +99,7 @@ class Apply:
         """Restored recurring entries whose check for a clock stepped back is owed: made at
         their first reconcile, which reads their definitions."""
 
-    @collector_held()  # 100,000 entries at start: anyrtd/heap.py
+    @gc_paused()  # 100,000 entries at start: anyrtd/heap.py
     def restore(
         self, rows: Iterable[EntryRow], now: float, last_fired: Mapping[str, float] = {}
     ) -> None:
@@ -123,11 +123,11 @@ class Apply:
                 if defn.rollup.last_run_at is None:
                     # The mirror's record predates this device's consumption write, which
                     # the server took (the outbox no longer holds it) but which was not read
-                    # back before the restart: hold it until the server shows a newer
+                    # back before the restart: lay it over until the server shows a newer
                     # version, or the reconcile would take the stale record for a rewrite
                     # and fire the shot again.
                     consumed = {RollupField.LAST_RUN_AT.value: row.armed_at, "enabled": False}
-                    self.records.hold(rid, consumed)
+                    self.records.overlay_until_newer(rid, consumed)
             # Its definition is parsed when first needed (a fire, a reconcile, a view).
             entry = Entry.restored(row, self._definition)
             restored.append(entry)
@@ -235,7 +235,7 @@ class Apply:
         """Stamp `trigger_id` without a fencing token from now on (the chat watch's record)."""
         self.unfenced = {trigger_id}
 
-    @collector_held()  # every id after a restart or a new verdict: anyrtd/heap.py
+    @gc_paused()  # every id after a restart or a new verdict: anyrtd/heap.py
     def reconcile(self, ids: Iterable[str], now: float, verdict: str, peer_id: str) -> None:
         """Reconcile `ids` and apply the plan."""
         ids = ids if isinstance(ids, set | frozenset | list | tuple) else list(ids)

@@ -5,7 +5,7 @@ consumed), committed, and only then started: a crash never fires a `once` twice,
 a crash left `running` is closed as `interrupted` at the next start
 (`close_interrupted`). A fire whose preparation cannot be committed (the disk is full) did
 not happen: its writes are dropped, the entries it touched are put back as they were, and
-it is tried again (`hold_s` spaces the tries) until the mirror takes it: late, not lost.
+it is tried again (`retry_wait_s` spaces the tries) until the mirror takes it: late, not lost.
 A batch may be prepared ahead of its due time (`prepare_batch` with a due time after now;
 the timer, `anyrtd/timer.py`, decides when and starts it at its due time).
 The record's `startedAt` is the moment the program really started, noted by the runner;
@@ -29,7 +29,7 @@ from typing import Any
 
 from anyrtd.clock import Clock
 from anyrtd.events import ChatMessage
-from anyrtd.heap import collector_held
+from anyrtd.heap import gc_paused
 from anyrtd.logs import iso_time
 from anyrtd.metrics import Stats
 from anyrtd.mirror_guard import MirrorFault
@@ -259,12 +259,12 @@ class Firing:
 
     def take_back(self, start: Start, undo: Undo) -> None:
         """Take back a prepared run that never started (its trigger changed, or the timer
-        cancels its batch): its run row and its held writes dropped, its entry put back as
+        cancels its batch): its run row and its deferred writes dropped, its entry put back as
         it was before the prepare, its fire uncounted."""
         entry, row, _ = start
         self.unit.drop_run(row.run_id)
         if entry.defn.kind == Kind.ONCE and row.prepared_for is not None:
-            self.unit.drop_held(entry.id, row.prepared_for)
+            self.unit.drop_deferred(entry.id, row.prepared_for)
         undo.take_back_one(entry.id, self.registry)
         self.unit.save(entry.row)
         self.stats.fires -= 1
@@ -276,7 +276,7 @@ class Firing:
         transaction; return its runs and what takes them back (None: nothing due, or the
         commit failed and the batch was taken back). Its runs wait for their start
         (`RunRow.prepared_for`: `due`, or `now` for a batch already late), a `once`'s
-        consumption is held in the outbox until the start is noted, and nothing is laid over
+        consumption is deferred in the outbox until the start is noted, and nothing is laid over
         the cache yet (`Timer.start`, `note_started`). `held_up`: as `prepare` takes it.
 
         The garbage collector waits while a batch is prepared: a full collection in the
@@ -286,7 +286,7 @@ class Firing:
         if not popped:
             return None
         undo = Undo.of([entry for entry, _ in popped], self.registry)
-        with collector_held(), self.unit.apart() as apart:
+        with gc_paused(), self.unit.apart() as apart:
             starts = [
                 s
                 for entry, at in popped
@@ -301,7 +301,7 @@ class Firing:
         """Start every program of a prepared batch, before anything else is done for any of
         them: in-process programs all begin at the loop's next turn (no disk or network
         work comes between)."""
-        with collector_held():
+        with gc_paused():
             runs = [
                 self.runner.start(self._request(row, args), self._on_start(row))
                 for _, row, args in starts
@@ -317,7 +317,7 @@ class Firing:
             for entry, row, _ in starts:
                 self._log_firing(entry, row)
 
-    def hold_s(self) -> float:
+    def retry_wait_s(self) -> float:
         """Return how long the timer waits before it tries again a fire whose commit failed
         (0.0: no wait; none once the mirror was written again meanwhile)."""
         if self._retry_at is None:
@@ -426,7 +426,7 @@ class Firing:
         `ahead`: prepared in a batch (`prepare_batch`), the run waits for its start, at its
         due time or at once when late (`prepared_for`: the later of `due` and `now`). A
         cron's overlap is then judged when it starts; a `once` is consumed in the mirror and
-        in a write held until its start is noted, while the entry in memory stays
+        in a write deferred until its start is noted, while the entry in memory stays
         unconsumed until the start.
 
         `held_up`: how long the timer was held up before it came to this (the daemon was
@@ -467,7 +467,7 @@ class Firing:
                 self.unit.save(
                     dataclasses.replace(entry.row, consumed=True, enabled=False, next_fire=None)
                 )
-                self.unit.hold_trigger(defn.id, consumption(max(due, now)), max(due, now))
+                self.unit.defer_trigger(defn.id, consumption(max(due, now)), max(due, now))
             elif defn.kind == Kind.ONCE:
                 # Consumed durably before the program starts: a crash never fires it twice.
                 entry.row.consumed = True
@@ -518,19 +518,19 @@ class Firing:
 
     def note_started(self, starts: list[Start], dropped: list[RunRow]) -> None:
         """Note in the unit of work the runs of a prepared batch that started (their real
-        `startedAt`, no longer waiting; a `once` consumed: its held write released, and laid
+        `startedAt`, no longer waiting; a `once` consumed: its deferred write released, and laid
         over the cache) and drop those that did not."""
         for entry, row, _ in starts:
-            held, row.prepared_for = row.prepared_for, None
+            deferred_to, row.prepared_for = row.prepared_for, None
             self.unit.save_run(row)
-            if entry.defn.kind == Kind.ONCE and held is not None:
+            if entry.defn.kind == Kind.ONCE and deferred_to is not None:
                 entry.row.consumed, entry.row.enabled, entry.row.next_fire = True, False, None
-                self.unit.release_held(entry.id, held)
-                self.records.write(entry.id, consumption(held))
+                self.unit.release_deferred(entry.id, deferred_to)
+                self.records.write(entry.id, consumption(deferred_to))
         for row in dropped:
             self.unit.drop_run(row.run_id)
             if row.trigger_id is not None and row.prepared_for is not None:
-                self.unit.drop_held(row.trigger_id, row.prepared_for)
+                self.unit.drop_deferred(row.trigger_id, row.prepared_for)
             self.stats.fires -= 1
 
     def spawn(self, entry: Entry, row: RunRow, args: dict[str, Any]) -> asyncio.Task[None]:

@@ -1,8 +1,8 @@
-"""The cyclic garbage collector, held over a stretch of work that builds many objects.
+"""The cyclic garbage collector, paused over a stretch of work that builds many objects.
 
 Opening a mirror of 100,000 triggers builds about a million objects that live as long as
 the process. With the collector on, its full pass runs several times over that growing
-heap while they are built: about a fifth of the start-up's CPU at 100,000 triggers. Held,
+heap while they are built: about a fifth of the start-up's CPU at 100,000 triggers. Paused,
 it looks at them once the stretch ends, and `anyrtd serve` then keeps what start-up built
 out of its passes (`serve.settle_heap`).
 """
@@ -15,14 +15,14 @@ from collections.abc import Iterator
 
 
 @contextlib.contextmanager
-def collector_held() -> Iterator[None]:
-    """Hold the cyclic garbage collector until the block ends (nested: the outer one)."""
-    held = gc.isenabled()
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector until the block ends (nested: the outer one)."""
+    was_enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
-        if held:
+        if was_enabled:
             gc.enable()
 
 
@@ -35,4 +35,4 @@ def keep_built() -> None:
     gc.freeze()
 
 
-__all__ = ["collector_held", "keep_built"]
+__all__ = ["gc_paused", "keep_built"]

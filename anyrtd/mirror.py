@@ -48,7 +48,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.pool import ConnectionPoolEntry
 
-from anyrtd.heap import collector_held
+from anyrtd.heap import gc_paused
 from anyrtd.mirror_guard import (
     AT_RISK,
     REBUILD,
@@ -147,7 +147,7 @@ outbox_table = Table(
     Column("attempts", Integer, nullable=False, server_default="0"),
     Column("last_error", Text),
     Column("set_aside_at", Float),
-    Column("not_before", Float),  # held for the fire due then (`Batch.held`); NULL: to send
+    Column("not_before", Float),  # deferred to the fire due then (`Batch.deferred`); NULL: to send
     Column("if_version", Integer),
 )
 tombstones_table = Table(
@@ -452,7 +452,7 @@ class Mirror:
 
     # reading
 
-    @collector_held()  # the entries of 100,000 triggers: anyrtd/heap.py
+    @gc_paused()  # the entries of 100,000 triggers: anyrtd/heap.py
     def snapshot(self) -> Snapshot:
         with self.engine.connect() as conn:
             entries = [_entry_row(r) for r in conn.exec_driver_sql(_SELECT_ENTRIES)]
@@ -514,7 +514,7 @@ class Mirror:
 
     def outbox_pending(self, limit: int = 500) -> list[OutboxItem]:
         """Return the oldest writes still to send, in order; set-aside ones are not sent, nor
-        those held for a fire that has not started (`Batch.held`).
+        those deferred to a fire that has not started (`Batch.deferred`).
 
         A row whose stored text no longer decodes (a damaged mirror) is set aside here, so
         that it cannot stop the writes behind it.
@@ -578,7 +578,7 @@ class Mirror:
             trimmed = _trim_runs(conn, self._trim_due, kept) if kept and self._trim_due else ()
         if kept:
             self._count_ended(batch, kept, trimmed)
-        if batch.outbox or batch.held:
+        if batch.outbox or batch.deferred:
             self.outbox_queued += 1
         if batch.touches_outbox:
             self.outbox_changes += 1
@@ -752,9 +752,9 @@ def _write_batch(conn: Connection, batch: Batch, now: float) -> None:
     for chunk in _chunks(batch.drop_runs, 500):
         conn.execute(delete(runs_table).where(runs_table.c.run_id.in_(chunk)))
     c = outbox_table.c
-    for rid, held_until in batch.drop_held:
-        conn.execute(delete(outbox_table).where(c.record_id == rid, c.not_before == held_until))
-    if batch.outbox or batch.held:
+    for rid, deferred_to in batch.drop_deferred:
+        conn.execute(delete(outbox_table).where(c.record_id == rid, c.not_before == deferred_to))
+    if batch.outbox or batch.deferred:
         conn.exec_driver_sql(
             _INSERT_OUTBOX,
             [
@@ -762,18 +762,21 @@ def _write_batch(conn: Connection, batch: Batch, now: float) -> None:
                     (d, i, _dumps(f), _dumps(list(u)), now, None, v)
                     for d, i, f, u, v in batch.outbox
                 ),
-                *((d, i, _dumps(f), _dumps(list(u)), now, t, None) for d, i, f, u, t in batch.held),
+                *(
+                    (d, i, _dumps(f), _dumps(list(u)), now, t, None)
+                    for d, i, f, u, t in batch.deferred
+                ),
             ],
         )
-    # After the inserts: a held write and its release may come in one batch.
+    # After the inserts: a deferred write and its release may come in one batch.
     by_due: dict[float, list[str]] = {}
-    for rid, due in batch.release_held:
+    for rid, due in batch.release_deferred:
         by_due.setdefault(due, []).append(rid)
     for due, rids in by_due.items():
         for chunk in _chunks(rids, 500):
-            held = (c.not_before == due) & c.record_id.in_(chunk)
-            conn.execute(update(outbox_table).where(held).values(not_before=None))
-    if batch.release_all_held:
+            deferred = (c.not_before == due) & c.record_id.in_(chunk)
+            conn.execute(update(outbox_table).where(deferred).values(not_before=None))
+    if batch.release_all_deferred:
         conn.execute(update(outbox_table).where(c.not_before.is_not(None)).values(not_before=None))
     if batch.meta:
         conn.exec_driver_sql(_UPSERT_META, list(batch.meta.items()))

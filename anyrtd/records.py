@@ -304,7 +304,7 @@ class RecordCache:
             if rid in self._base:
                 self._store(rid, *self._base_record(rid))
 
-    def hold(self, rid: str, fields: Mapping[str, Any]) -> None:
+    def overlay_until_newer(self, rid: str, fields: Mapping[str, Any]) -> None:
         """Lay `fields` over a record until the server shows a newer version than the cached
         one: a write of this device the server took before a restart, not yet read back."""
         self.write(rid, fields)

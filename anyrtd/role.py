@@ -88,7 +88,7 @@ class Role:
         """The chat-watch generation boot found (or seeded); None until the server answered."""
         self._stamped: str | None = None
         """The generation this device re-stamped since it took the active role."""
-        self.holding = False
+        self.has_role = False
         self.cursors: dict[str, int] = {}
         """Per other space an event trigger listens on, how far its change feed was read."""
         self._unfollowed: set[str] = set()
@@ -121,14 +121,14 @@ class Role:
     def follow_verdict(self, verdict: str, now: float, peer_id: str) -> None:
         """Take the active role's set (standing built-ins, chat-watch) or give it up."""
         if verdict == Verdict.ACTIVE:
-            if not self.holding:
-                self.holding = True
+            if not self.has_role:
+                self.has_role = True
                 self._take_over(now, peer_id)
             elif self.chat_watch_id != self._stamped:
                 self._stamp_chat_watch(now, peer_id)  # a generation seeded since the takeover
             return
-        if self.holding:
-            self.holding = False
+        if self.has_role:
+            self.has_role = False
             self._stand_down(verdict, peer_id)
         for s in standing.STANDING:
             # Entries restored from the mirror on a device that is not active.
@@ -178,7 +178,7 @@ class Role:
 
     def refresh_standing(self, ids: Iterable[str], now: float, peer_id: str) -> None:
         """Apply an `enabled` edit of a standing built-in's record to its entry."""
-        if not self.holding:
+        if not self.has_role:
             return
         for rid in set(ids) & standing.STANDING_BUILTINS:
             entry = self.registry.get(rid)

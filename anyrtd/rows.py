@@ -118,19 +118,19 @@ class Batch:
     tombstones: list[str] = field(default_factory=list)
     runs: list[RunRow] = field(default_factory=list)
     outbox: list[Write] = field(default_factory=list)
-    held: list[tuple[str, str, Mapping[str, Any], Sequence[str], float]] = field(
+    deferred: list[tuple[str, str, Mapping[str, Any], Sequence[str], float]] = field(
         default_factory=list
     )
     """Writes owed to the server that wait for a fire's start (a prepared `once`'s
     consumption), keyed by the fire's due time: sent only once released."""
     drop_runs: list[str] = field(default_factory=list)
     """Runs prepared ahead and cancelled, or found never started: their rows go."""
-    drop_held: list[tuple[str, float]] = field(default_factory=list)
-    """(record id, due time) of held writes taken back with their fire."""
-    release_held: list[tuple[str, float]] = field(default_factory=list)
-    """(record id, due time) of held writes whose fire started: the drain sends them."""
-    release_all_held: bool = False
-    """Release every held write left (at open, once the prepared runs are settled)."""
+    drop_deferred: list[tuple[str, float]] = field(default_factory=list)
+    """(record id, due time) of deferred writes taken back with their fire."""
+    release_deferred: list[tuple[str, float]] = field(default_factory=list)
+    """(record id, due time) of deferred writes whose fire started: the drain sends them."""
+    release_all_deferred: bool = False
+    """Release every deferred write left (at open, once the prepared runs are settled)."""
     meta: dict[str, str] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
@@ -143,11 +143,11 @@ class Batch:
                 self.tombstones,
                 self.runs,
                 self.outbox,
-                self.held,
+                self.deferred,
                 self.drop_runs,
-                self.drop_held,
-                self.release_held,
-                self.release_all_held,
+                self.drop_deferred,
+                self.release_deferred,
+                self.release_all_deferred,
                 self.meta,
             )
         )
@@ -156,7 +156,11 @@ class Batch:
     def touches_outbox(self) -> bool:
         """Whether committing the batch changes the outbox's rows."""
         return bool(
-            self.outbox or self.held or self.drop_held or self.release_held or self.release_all_held
+            self.outbox
+            or self.deferred
+            or self.drop_deferred
+            or self.release_deferred
+            or self.release_all_deferred
         )
 
     def write(

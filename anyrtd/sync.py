@@ -27,7 +27,7 @@ from anyrtd.client import (
     ServerError,
     ServerUnavailable,
 )
-from anyrtd.heap import collector_held
+from anyrtd.heap import gc_paused
 from anyrtd.metrics import Stats
 from anyrtd.mirror import AsyncMirror, Mirror
 from anyrtd.outbox import TRIGGERS
@@ -135,7 +135,7 @@ class Sync:
                     db.call(functools.partial(Mirror.record_texts, after=page[-1][0]))
                 )
                 await asyncio.sleep(0)  # let the read start
-                with collector_held():  # the cache outlives the start: see anyrtd/heap.py
+                with gc_paused():  # the cache outlives the start: see anyrtd/heap.py
                     self.records.load_texts(page)
         finally:
             ahead.cancel()  # done unless the parse failed
@@ -312,7 +312,7 @@ class Sync:
         arrived since, this device's own writes shown back say, waits for its tick)."""
         return self._cut and bool(self._buffer)
 
-    @collector_held()  # a full read of 100,000 records: anyrtd/heap.py
+    @gc_paused()  # a full read of 100,000 records: anyrtd/heap.py
     def apply_buffered(self, changes: int | None = None) -> set[str]:
         """Apply what was read since the last tick, in the order it was read, but at most
         `changes` feed changes (None: all; a full read is always applied whole); return

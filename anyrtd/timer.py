@@ -3,10 +3,10 @@
 The timer wakes a lead ahead of the next due time (the lead grows with the batch's size and
 the measured time of a prepare and its commit, within bounds), makes the batch durable in
 one transaction (`Firing.prepare_batch`: run rows, cron re-arms, a `once`'s consumption
-held in the outbox until its start is noted), sleeps until the due time and then starts
+deferred in the outbox until its start is noted), sleeps until the due time and then starts
 every program of the batch with no disk or network work before the starts. The starts are
 noted in the mirror afterwards (the runs' `prepared_for` cleared, their real `startedAt`,
-the held writes released to the outbox drain), in the next commit or at most
+the deferred writes released to the outbox drain), in the next commit or at most
 `NOTE_WAIT_S` later. A batch already late when the timer comes to it takes the same path
 and starts as soon as its commit returns.
 
@@ -15,14 +15,14 @@ journal beside the mirror (`firing.StartJournal`): a restart after a crash tells
 prepared run that may have started (closed as interrupted: a `once` never runs twice) from
 one that never did.
 
-A prepared run is cancelled, with its held writes, when its trigger is edited, disabled,
+A prepared run is cancelled, with its deferred writes, when its trigger is edited, disabled,
 repinned or deleted before its due time (`cancel`, from the apply stage), and when the
 daemon stops. A run still prepared when the daemon died never started: the next start
 discards it (`discard_prepared`), and its occurrence fires normally if still ahead, is a
 missed cron occurrence, or, for a `once`, fires late.
 
 A fire whose preparation could not be committed (the disk is full) is tried again after
-the wait `Firing.hold_s` gives, not at once: late, not lost, and no hot loop.
+the wait `Firing.retry_wait_s` gives, not at once: late, not lost, and no hot loop.
 """
 
 from __future__ import annotations
@@ -177,7 +177,7 @@ class Ahead:
             waited += pause
 
     def cancel(self, trigger_id: str, why: str = "its trigger changed") -> None:
-        """Cancel the prepared run of `trigger_id`, if any, with its held writes: its entry
+        """Cancel the prepared run of `trigger_id`, if any, with its deferred writes: its entry
         is put back as it was before the prepare (the caller's change follows)."""
         for batch in self.batches:
             start = batch.starts.pop(trigger_id, None)
@@ -289,10 +289,10 @@ class Timer:
             await self.start(ready)
             return
         due = self.registry.next_due()
-        hold = self.firing.hold_s()
+        retry_wait = self.firing.retry_wait_s()
         wake = [] if ready is None else [ready.due - self._precise_s]
-        if due is not None and hold > 0.0:
-            wake.append(now + hold)
+        if due is not None and retry_wait > 0.0:
+            wake.append(now + retry_wait)
         elif due is not None and due <= now:
             await self.fire_now(now)
             return
@@ -412,7 +412,7 @@ class Timer:
 
     async def _note_starts(self) -> None:
         """Commit the notes of the batches started (off the timer's path, `NOTE_WAIT_S`
-        after a start, one commit for the batches started meanwhile), then release the held
+        after a start, one commit for the batches started meanwhile), then release the deferred
         writes to the drain; again while batches start during it."""
         while self._note_due:
             self._note_due = False
@@ -465,7 +465,7 @@ class Timer:
         interrupted like any started run, so a `once` never runs twice.
 
         Committed before the record cache is filled from the mirror, which lays the trigger
-        writes still in the outbox over the records: a discarded `once`'s held consumption
+        writes still in the outbox over the records: a discarded `once`'s deferred consumption
         must be gone by then.
         """
         rows = list(rows)
@@ -489,7 +489,7 @@ class Timer:
             if tid is not None and (entry := by_id.get(tid)) is not None:
                 if entry.kind == Kind.ONCE:
                     entry.consumed, entry.enabled, entry.next_fire = False, True, None
-                    unit.drop_held(tid, row.prepared_for)
+                    unit.drop_deferred(tid, row.prepared_for)
                 elif entry.kind == Kind.CRON and entry.next_fire is not None:
                     entry.next_fire = min(entry.next_fire, row.prepared_for)
                 unit.save(entry)
@@ -503,8 +503,8 @@ class Timer:
                 iso_time(row.prepared_for),
                 extra={"trigger": tid, "run": row.run_id},
             )
-        # What is held now belongs to runs that may have started: their writes may leave.
-        self.unit.release_all_held()
+        # What is deferred now belongs to runs that may have started: their writes may leave.
+        self.unit.release_all_deferred()
         await self.unit.commit(now)
         return rest
 

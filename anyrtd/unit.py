@@ -159,30 +159,30 @@ class Unit:
             self._apart.marks[rid] = self.records.mark(rid)
         self.records.write(rid, fields, unset)
 
-    def hold_trigger(self, rid: str, fields: Mapping[str, Any], due: float) -> None:
-        """Queue a field-level write of a trigger record held for the fire due at `due`: it
-        leaves once released (`release_held`, the fire started) and is laid over the cache
+    def defer_trigger(self, rid: str, fields: Mapping[str, Any], due: float) -> None:
+        """Queue a field-level write of a trigger record deferred to the fire due at `due`: it
+        leaves once released (`release_deferred`, the fire started) and is laid over the cache
         only when the caller says (`records.write`)."""
-        self._batch.held.append((TRIGGERS, rid, dict(fields), [], due))
+        self._batch.deferred.append((TRIGGERS, rid, dict(fields), [], due))
 
-    def release_held(self, rid: str, due: float) -> None:
-        """Let the writes of `rid` held for the fire due at `due` leave (it started)."""
-        self._batch.release_held.append((rid, due))
+    def release_deferred(self, rid: str, due: float) -> None:
+        """Let the writes of `rid` deferred to the fire due at `due` leave (it started)."""
+        self._batch.release_deferred.append((rid, due))
 
-    def release_all_held(self) -> None:
-        """Let every held write leave (at open, once no prepared run is left waiting)."""
-        self._batch.release_all_held = True
+    def release_all_deferred(self) -> None:
+        """Let every deferred write leave (at open, once no prepared run is left waiting)."""
+        self._batch.release_all_deferred = True
 
     def drop_run(self, run_id: str) -> None:
         """Remove a run's row: a run prepared ahead that never started."""
         self._batch.drop_runs.append(run_id)
 
-    def drop_held(self, rid: str, due: float) -> None:
-        """Remove the writes of `rid` held for the fire due at `due` (it was taken back)."""
-        self._batch.drop_held.append((rid, due))
+    def drop_deferred(self, rid: str, due: float) -> None:
+        """Remove the writes of `rid` deferred to the fire due at `due` (it was taken back)."""
+        self._batch.drop_deferred.append((rid, due))
 
     def kick(self) -> None:
-        """Wake the outbox drain (held writes were released)."""
+        """Wake the outbox drain (deferred writes were released)."""
         self._on_outbox()
 
     @contextlib.contextmanager
@@ -288,10 +288,10 @@ def _merged(first: Batch, then: Batch) -> Batch:
     """Return one batch holding the writes of `first`, then those of `then`."""
     out = Batch(
         meta={**first.meta, **then.meta},
-        release_all_held=first.release_all_held or then.release_all_held,
+        release_all_deferred=first.release_all_deferred or then.release_all_deferred,
     )
     for f in dataclasses.fields(Batch):
-        if f.name not in ("meta", "release_all_held"):
+        if f.name not in ("meta", "release_all_deferred"):
             setattr(out, f.name, [*getattr(first, f.name), *getattr(then, f.name)])
     return out
 

@@ -151,12 +151,12 @@ async def test_a_fire_that_cannot_be_committed_leaves_no_trace_and_fires_late_on
     # Both are still due, and the timer waits before it tries again (no hot loop).
     assert stage.registry.next_due() == min(cron_due, T0 - 1)
     assert stage.unit.failing is not None and stage.unit.failing.full
-    assert stage.firing.hold_s() == pytest.approx(1.0)
+    assert stage.firing.retry_wait_s() == pytest.approx(1.0)
 
     # Still full: the next try backs off further.
     stage.clock.advance(1.0)
     assert await stage.fire() == []
-    assert stage.firing.hold_s() == pytest.approx(2.0)
+    assert stage.firing.retry_wait_s() == pytest.approx(2.0)
 
     # Room again: both fire once, late, with the time they were due.
     stage.mirror.full = False
@@ -170,14 +170,14 @@ async def test_a_fire_that_cannot_be_committed_leaves_no_trace_and_fires_late_on
     assert batch.meta == {"cursor": "7"}
     assert sorted(r.trigger_id or "" for r in batch.runs) == ["shot", "tick"]
     # The consumption is held until the start is noted (the start journal covers a crash).
-    consumption = [(f, until) for _, rid, f, _, until in batch.held if rid == "shot"]
+    consumption = [(f, until) for _, rid, f, _, until in batch.deferred if rid == "shot"]
     assert consumption == [({"enabled": False, RollupField.LAST_RUN_AT: T0 + 3.0}, T0 + 3.0)]
     assert stage.entry("shot").row.consumed
-    assert stage.unit.failing is None and stage.firing.hold_s() == 0.0
+    assert stage.unit.failing is None and stage.firing.retry_wait_s() == 0.0
     assert await stage.fire() == []  # fired exactly once
     await stage.firing.wait_idle()
     await stage.timer.wait_noted()
-    released = [r for b in stage.mirror.batches[1:] for r in b.release_held]
+    released = [r for b in stage.mirror.batches[1:] for r in b.release_deferred]
     assert released == [("shot", T0 + 3.0)]
 
 

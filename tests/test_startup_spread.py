@@ -94,7 +94,7 @@ def test_a_write_over_a_record_not_parsed_yet_is_the_write_over_a_parsed_one() -
     for cache in (eager, lazy):
         cache.write("e", {"lastStatus": "ok", "runCount": 2})
         cache.write("c", {"name": "renamed"})
-        cache.hold("o", {"lastRunAt": T0 + 5, "enabled": False})
+        cache.overlay_until_newer("o", {"lastRunAt": T0 + 5, "enabled": False})
     for rid in ("e", "c", "o"):
         assert comparable(lazy.parsed[rid]) == comparable(eager.parsed[rid]), rid
         assert lazy.raw(rid) == eager.raw(rid)
