@@ -48,10 +48,12 @@ are parsed as they are reconciled, about 25 ms a tick (docs/benchmarks.md)."""
 SPREAD_KEEP = 20_000
 """A spread over at least this many ids keeps what each slice parsed out of the collector's
 full passes (`heap.keep_built`): they would walk the definitions of every slice before,
-for up to 0.1 s at 100,000 records."""
+for up to 0.1 s at 100,000 records.
+Chosen (e2f91ad): docs/benchmarks.md, start-up from 100,000 records."""
 SPREAD_STALL_S = 0.06
 """About the longest a tick with a slice holds the event loop: it waits for a start due
-sooner to pass (`Timer.clear_of`)."""
+sooner to pass (`Timer.clear_of`).
+Chosen (e2f91ad): a slice of `SPREAD_SLICE` ids takes about 25 ms, with a margin."""
 
 
 class Apply:

@@ -48,7 +48,8 @@ log = logging.getLogger("anyrtd.firing")
 
 CLOCK_STEP_TOLERANCE_S = 1.0
 """How far the wall clock may fall behind the monotonic clock between two looks before the
-recurring entries are re-armed from the new wall time (docs/schedule.md)."""
+recurring entries are re-armed from the new wall time (docs/schedule.md).
+Chosen (832789d): a design bound, well above the loop's own lateness; not measured."""
 
 MISSED_AFTER_S = 5.0
 """How late (one default tick) a cron occurrence may be when the timer, held up meanwhile
@@ -60,13 +61,15 @@ tried again): docs/schedule.md."""
 
 MAX_MANUAL_RUNS = 16
 """How many manual runs (`POST /triggers/:id/run`) may be in flight at once on one daemon;
-one more is refused with `TooManyRuns` (the control API's 429, docs/control-api.md)."""
+one more is refused with `TooManyRuns` (the control API's 429, docs/control-api.md).
+Chosen (c94be9f): a design cap (docs/control-api.md); not measured."""
 
 
 RETRY_FIRST_S = 1.0
 RETRY_MAX_S = 10.0
 """A fire that could not be made durable is tried again after 1 s, then after twice the
-wait each time, at most every 10 s, until the mirror takes it."""
+wait each time, at most every 10 s, until the mirror takes it.
+Chosen (b59cc30): a design backoff, not measured."""
 
 
 class NotDurable(Exception):

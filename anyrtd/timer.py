@@ -48,22 +48,32 @@ from anyrtd.vocab import Kind, Verdict
 log = logging.getLogger("anyrtd.timer")
 
 IDLE_WAKE_S = 60.0
-"""The longest the timer sleeps without looking (the wall clock may have stepped)."""
+"""The longest the timer sleeps without looking (the wall clock may have stepped).
+Chosen (b59cc30): a design bound on how long a stepped wall clock goes unseen; not measured."""
 LEAD_MIN_S = 0.05
 LEAD_MAX_S = 2.0
-"""A batch is prepared at least 50 ms and at most 2 s ahead of its due time."""
+"""A batch is prepared at least 50 ms and at most 2 s ahead of its due time.
+Chosen (b7db026, issue 13): a design margin, not measured; the 2 s cap is what a 10k burst's
+preparation cannot hide (issue 22)."""
 CLEAR_STALL_S = 0.02
 """About how long the event loop is held by the longest stretches of work besides the
-timer's (a tick, a drain's encoding, a feed page's decoding): `Timer.clear_of`."""
+timer's (a tick, a drain's encoding, a feed page's decoding): `Timer.clear_of`.
+Chosen (44d8f25): docs/benchmarks.md, "The fire path's last cuts": encoding a second's run
+records or decoding the page that shows them back took milliseconds."""
 CLEAR_WAIT_MAX_S = 0.25
-"""The longest such work waits for a start to pass."""
+"""The longest such work waits for a start to pass.
+Chosen (bc53436, 44d8f25): docs/benchmarks.md, "The fire path's last cuts": a second's run records
+or a feed page held the loop for milliseconds over a start."""
 NOTE_WAIT_S = 0.2
 """How long the notes of started batches wait before their own commit: another commit (the
 runs' ends, the next prepare) usually carries them first, and the batches started meanwhile
-share one. The start journal covers the wait."""
+share one. The start journal covers the wait.
+Chosen (bfe63d5): docs/benchmarks.md, "The fire path's last cuts": one commit for the notes instead
+of one per batch."""
 LEAD_FACTOR = 3.0
 """The lead is this many times the batch's expected prepare and commit time (a margin for
-a busy machine), plus `LEAD_MIN_S`."""
+a busy machine), plus `LEAD_MIN_S`.
+Chosen (b7db026): a design margin with `LEAD_MAX_S`, not measured separately."""
 
 PRECISE_S = 0.0015
 """The last stretch before a prepared batch's due time is slept in the loop's thread
@@ -97,7 +107,8 @@ def precise_sleep(seconds: float, sleep: Callable[[float], None] | None = None) 
 
 STEP_WORK_S = 1.0
 """The longest a step's own work (a prepare and its commit, a start) is expected to take:
-beyond it, the timer counts itself held up (`Timer.held_up`)."""
+beyond it, the timer counts itself held up (`Timer.held_up`).
+Chosen (fb6e731): a design bound, so a stop mid-step is noticed; not measured."""
 
 Identity = Callable[[], tuple[str | None, str]]
 """This device's peer id and verdict, read when a batch is prepared or started."""
