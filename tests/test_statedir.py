@@ -80,7 +80,7 @@ def test_dev_and_db_upgrade_on_a_state_directory_in_use_open_nothing(
     assert first._ticking()
 
 
-def test_the_lock_is_released_when_its_holder_is_killed_with_sigkill(
+def test_the_lock_is_released_when_its_owner_is_killed_with_sigkill(
     first: ServeProcess, devserver: DevserverProcess, tmp_path: Path
 ) -> None:
     assert first.proc is not None
@@ -143,14 +143,14 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def test_holding_a_directory_this_process_holds_is_a_no_op(tmp_path: Path) -> None:
+def test_locking_a_directory_this_process_locked_is_a_no_op(tmp_path: Path) -> None:
     lock_state_dir(tmp_path / "state")
     lock_state_dir(tmp_path / "state")
     lock_state_dir(tmp_path / "." / "state")
     assert (tmp_path / "state" / LOCK_FILE).read_text() == f"{os.getpid()}\n"
 
 
-def test_a_holder_that_wrote_no_pid_is_still_refused(tmp_path: Path) -> None:
+def test_a_lock_owner_that_wrote_no_pid_is_still_refused(tmp_path: Path) -> None:
     state = tmp_path / "state"
     state.mkdir()
     fd = os.open(state / LOCK_FILE, os.O_RDWR | os.O_CREAT)
