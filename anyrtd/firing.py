@@ -357,7 +357,7 @@ class Firing:
             raise CannotRun(trigger_id, why)
         if self.manual_runs >= MAX_MANUAL_RUNS:
             raise TooManyRuns(MAX_MANUAL_RUNS)
-        self.manual_runs += 1  # the slot is held from here: the commit below awaits
+        self.manual_runs += 1  # the slot is taken from here: the commit below awaits
         task: asyncio.Task[None] | None = None
         try:
             now = self.clock.now()
