@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
-from fleet import Fleet
+from fleet import Fleet, Node
 
 from anyrtd.devserver import DevServer, start_devserver
 
@@ -189,6 +189,7 @@ async def devserver_inprocess(tmp_path: Path) -> AsyncIterator[DevServer]:
 # `fleet`: in-process daemons on a multi-device devserver subprocess, one shared fake clock
 # (tests/fleet.py). Two devices unless the test or its module says `pytest.mark.devices(n)`.
 # `fleet_factory(devices=N, **devserver options)`: more fleets, or a fleet with options.
+# `h`: one always-active node (no election) on a one-device devserver.
 
 
 @pytest.fixture
@@ -215,6 +216,16 @@ def fleet(fleet_factory: Callable[..., Fleet], request: pytest.FixtureRequest) -
     """A fleet on a devserver with two devices (or `pytest.mark.devices(n)` of them)."""
     marker = request.node.get_closest_marker("devices")
     return fleet_factory(devices=int(marker.args[0]) if marker is not None else 2)
+
+
+@pytest.fixture
+async def h(devserver: DevserverProcess, tmp_path: Path) -> AsyncIterator[Node]:
+    """One always-active daemon on a one-device devserver: the fleet harness with one node."""
+    fleet = Fleet(devserver, tmp_path)
+    try:
+        yield await fleet.node(1, election=False)
+    finally:
+        await fleet.close()
 
 
 # --- end fleet -----------------------------------------------------------------------------

@@ -8,26 +8,14 @@ nothing waits on a bare sleep.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from fleet import T0, Fleet, Node
+from fleet import T0, Node
 from support import AGENT_RUNS_FIELDS, async_wait_until
 
 from anyrtd.client import ServerError
 from anyrtd.sync import FIRST_FULL_AFTER_S
-
-
-@pytest.fixture
-async def h(devserver: Any, tmp_path: Path) -> AsyncIterator[Node]:
-    """One always-active daemon on a one-device devserver: the fleet harness with one node."""
-    fleet = Fleet(devserver, tmp_path)
-    try:
-        yield await fleet.node(1, election=False)
-    finally:
-        await fleet.close()
 
 
 def cron(expr: str = "*/10 * * * *", **fields: Any) -> dict[str, Any]:
