@@ -186,10 +186,14 @@ async def devserver_inprocess(tmp_path: Path) -> AsyncIterator[DevServer]:
 
 
 # --- fleet ---------------------------------------------------------------------------------
-# `fleet`: in-process daemons on a multi-device devserver subprocess, one shared fake clock
+# `fleet`: in-process daemons on a multi-device devserver, one shared fake clock
 # (tests/fleet.py). Two devices unless the test or its module says `pytest.mark.devices(n)`.
-# `fleet_factory(devices=N, **devserver options)`: more fleets, or a fleet with options.
-# `h`: one always-active node (no election) on a one-device devserver.
+# The devserver runs in the test's own event loop (the process boundary is not what these
+# tests are about): reach it through the fleet's async helpers (`await fleet.admin(...)`).
+# `fleet_factory(devices=N, **devserver options)`: fleets on devserver subprocesses, or a
+# fleet with options (`replicated=True`, ...).
+# `h`: one always-active node (no election) on a one-device in-process devserver;
+# `h_process`: the same on a devserver subprocess (`devserver`), which a test can stop.
 
 
 @pytest.fixture
@@ -212,15 +216,32 @@ async def fleet_factory(
 
 
 @pytest.fixture
-def fleet(fleet_factory: Callable[..., Fleet], request: pytest.FixtureRequest) -> Fleet:
-    """A fleet on a devserver with two devices (or `pytest.mark.devices(n)` of them)."""
+async def fleet(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Fleet]:
+    """A fleet on an in-process devserver with two devices (or `pytest.mark.devices(n)`)."""
     marker = request.node.get_closest_marker("devices")
-    return fleet_factory(devices=int(marker.args[0]) if marker is not None else 2)
+    devices = int(marker.args[0]) if marker is not None else 2
+    server = await start_devserver(tmp_path / "fleet-dev.sqlite3", devices=devices)
+    made = Fleet(server, tmp_path)
+    try:
+        yield made
+    finally:
+        await made.close()
+        await server.close()
 
 
 @pytest.fixture
-async def h(devserver: DevserverProcess, tmp_path: Path) -> AsyncIterator[Node]:
-    """One always-active daemon on a one-device devserver: the fleet harness with one node."""
+async def h(devserver_inprocess: DevServer, tmp_path: Path) -> AsyncIterator[Node]:
+    """One always-active daemon on a one-device in-process devserver: a fleet of one node."""
+    fleet = Fleet(devserver_inprocess, tmp_path)
+    try:
+        yield await fleet.node(1, election=False)
+    finally:
+        await fleet.close()
+
+
+@pytest.fixture
+async def h_process(devserver: DevserverProcess, tmp_path: Path) -> AsyncIterator[Node]:
+    """`h` on a devserver subprocess, for a test that stops and restarts the server."""
     fleet = Fleet(devserver, tmp_path)
     try:
         yield await fleet.node(1, election=False)
@@ -236,7 +257,7 @@ async def h(devserver: DevserverProcess, tmp_path: Path) -> AsyncIterator[Node]:
 # process. A test is `process` when it uses a fixture that starts one, or sits in a module
 # whose tests start `anyrtd` (or another program) themselves.
 
-PROCESS_FIXTURES = frozenset({"devserver", "devserver_factory", "fleet", "fleet_factory"})
+PROCESS_FIXTURES = frozenset({"devserver", "devserver_factory", "fleet_factory", "h_process"})
 PROCESS_MODULES = frozenset(
     {
         "test_cli_client",

@@ -279,7 +279,8 @@ async def test_an_overlapping_occurrence_is_skipped(h: Node) -> None:
     assert len(await h.runs("slow")) == 1
 
 
-async def test_a_restart_comes_back_from_the_mirror_alone(h: Node, devserver: Any) -> None:
+async def test_a_restart_comes_back_from_the_mirror_alone(h_process: Node, devserver: Any) -> None:
+    h = h_process
     await h.put("t", owner=h.me, **cron("*/10 * * * *"))
     await h.step(1)
     await h.daemon.stop()
@@ -338,8 +339,9 @@ async def test_a_restart_takes_what_changed_while_it_was_down_from_the_feed(h: N
 
 
 async def test_a_server_outage_loses_no_run_record_and_writes_none_twice(
-    h: Node, devserver: Any
+    h_process: Node, devserver: Any
 ) -> None:
+    h = h_process
     await h.put("t", owner=h.me, **cron("* * * * *"))
     await h.step(1)
     devserver.stop()
