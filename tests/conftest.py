@@ -290,12 +290,34 @@ PROCESS_MODULES = frozenset(
 )
 
 
+# `.ci/run` spreads the tests over pytest-xdist workers (`-n 4 --dist loadgroup`). A module
+# named here keeps all its tests on one worker, in one group: the systemd sandbox and the
+# venv under /opt are one per machine, Chromium is heavy to start, and the module-scoped
+# fixtures of the others are built once rather than once per worker. The timing figures
+# (fire lag under a flood, the benchmark's smoke run) share one group so that they never
+# run beside each other.
+XDIST_GROUPS = {
+    "test_systemd": "systemd",
+    "test_systemd_mirror": "systemd",
+    "test_service_install": "systemd",
+    "test_status_page": "chromium",
+    "test_bench_fire": "timing",
+    "test_faults_flood": "timing",
+    "test_cli_client": "test_cli_client",
+    "test_cli_help": "test_cli_help",
+    "test_control_fuzz": "test_control_fuzz",
+    "test_control_guard": "test_control_guard",
+}
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         module = item.module.__name__ if isinstance(item, pytest.Function) else ""
         if fixtures & PROCESS_FIXTURES or module in PROCESS_MODULES:
             item.add_marker(pytest.mark.process)
+        if module in XDIST_GROUPS:
+            item.add_marker(pytest.mark.xdist_group(XDIST_GROUPS[module]))
 
 
 # --- end markers ---------------------------------------------------------------------------
