@@ -260,12 +260,17 @@ async def h_process(devserver: DevserverProcess, tmp_path: Path) -> AsyncIterato
 PROCESS_FIXTURES = frozenset({"devserver", "devserver_factory", "fleet_factory", "h_process"})
 PROCESS_MODULES = frozenset(
     {
+        "test_bench_fire",
         "test_cli_client",
         "test_cli_completion",
+        "test_cli_help",
+        "test_cli_settings",
+        "test_cli_startup",
         "test_control_fuzz",
-        "test_control_records",
         "test_control_process",
+        "test_control_records",
         "test_dev",
+        "test_devserver_cli",
         "test_faults_clock",
         "test_faults_diskfull",
         "test_faults_fleet",
@@ -274,7 +279,6 @@ PROCESS_MODULES = frozenset(
         "test_faults_outage",
         "test_faults_programs",
         "test_faults_records",
-        "test_devserver_cli",
         "test_identity_serve",
         "test_leftover_groups",
         "test_multi_device_serve",
@@ -283,9 +287,12 @@ PROCESS_MODULES = frozenset(
         "test_runner",
         "test_serve_notify",
         "test_serve_process",
+        "test_service_install",
         "test_service_limits",
         "test_spawn_descriptors",
+        "test_status_page",
         "test_systemd",
+        "test_systemd_mirror",
     }
 )
 

@@ -257,6 +257,7 @@ async def test_disable_writes_through_to_the_record(stack: Stack) -> None:
     assert t["enabled"] is False
 
 
+@pytest.mark.process  # it starts a real program
 async def test_enable_resets_the_breaker(stack: Stack) -> None:
     await stack.create("flaky", program="test:fail@v1", maxConsecutiveFailures=1)
     status, started = await stack.json("POST", "/triggers/flaky/run")
@@ -368,6 +369,7 @@ async def test_patch_refuses_bad_bodies_with_400(stack: Stack, body: bytes, word
     assert (await stack.record("target"))["_v"] == version
 
 
+@pytest.mark.process  # it starts a real program
 async def test_run_now_starts_a_manual_run_with_captured_output(stack: Stack) -> None:
     await stack.create("echo")
 
@@ -391,6 +393,7 @@ async def test_run_now_starts_a_manual_run_with_captured_output(stack: Stack) ->
     assert none == []
 
 
+@pytest.mark.process  # it starts a real program
 async def test_trigger_runs_lists_the_20_newest(stack: Stack) -> None:
     await stack.create("many")
     ids = []
@@ -492,6 +495,7 @@ async def test_healthz_is_503_before_the_first_tick_and_once_ticks_stall(
         await daemon.stop()
 
 
+@pytest.mark.process  # it starts a real program
 async def test_metrics_are_prometheus_text(stack: Stack) -> None:
     await stack.create("m1")
     await stack.create("m2")
@@ -643,6 +647,7 @@ async def test_writes_answer_503_and_change_nothing_when_the_server_is_gone(
     assert status == 503
 
 
+@pytest.mark.process  # it starts a real program
 async def test_enable_lands_after_a_trip_still_queued_in_the_outbox(
     devserver_inprocess: DevServer, tmp_path: Path, aiohttp_client: Any
 ) -> None:
