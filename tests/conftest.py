@@ -317,6 +317,36 @@ XDIST_GROUPS = {
 }
 
 
+# Every test has pyproject's timeout (60 s) unless it says `pytest.mark.timeout(N)`; these
+# modules' tests take longer on a loaded machine (a fault family, systemd and the venv the
+# unit runs from, Chromium, several daemons, many Hypothesis examples).
+LONG_TIMEOUTS = {
+    "test_faults_clock": 240,
+    "test_faults_diskfull": 240,
+    "test_faults_fleet": 240,
+    "test_faults_flood": 240,
+    "test_faults_kill9": 240,
+    "test_faults_outage": 240,
+    "test_faults_programs": 240,
+    "test_faults_records": 240,
+    "test_service_install": 600,
+    "test_systemd": 600,
+    "test_systemd_mirror": 600,
+    "test_status_page": 180,
+    "test_multi_device_fence": 180,
+    "test_control_fuzz": 180,
+    "test_control_descriptors": 120,
+    "test_control_flood": 120,
+    "test_serve_process": 120,
+    "test_once_lifecycle": 120,
+    "test_fire_disk_full": 120,
+    "test_startup_spread": 120,
+    "test_model": 120,
+    "test_records": 120,
+    "test_schedule_props": 120,
+}
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
@@ -325,6 +355,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.process)
         if module in XDIST_GROUPS:
             item.add_marker(pytest.mark.xdist_group(XDIST_GROUPS[module]))
+        if module in LONG_TIMEOUTS and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(LONG_TIMEOUTS[module]))
 
 
 # --- end markers ---------------------------------------------------------------------------
