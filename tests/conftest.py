@@ -23,8 +23,10 @@ from typing import Any
 import httpx
 import pytest
 from fleet import Fleet, Node
+from support import World
 
 from anyrtd.devserver import DevServer, start_devserver
+from anyrtd.mirror import AsyncMirror, Mirror
 
 DEVSERVER_LINE = re.compile(r"^anyrtd devserver: device (\d+) (\S+) (http://\S+)$")
 
@@ -250,6 +252,31 @@ async def h_process(devserver: DevserverProcess, tmp_path: Path) -> AsyncIterato
 
 
 # --- end fleet -----------------------------------------------------------------------------
+
+
+# --- records and mirror --------------------------------------------------------------------
+# `world`: the trigger and run records of `devserver`, read and written as a user would
+# (tests/support.py's `World`). `mirror`: a fresh `AsyncMirror` at the schema head.
+
+
+@pytest.fixture
+def world(devserver: DevserverProcess) -> World:
+    """The records of the `devserver`, as a user sees them."""
+    return World(devserver.url)
+
+
+@pytest.fixture
+async def mirror(tmp_path: Path) -> AsyncIterator[AsyncMirror]:
+    """A fresh mirror at the schema head, in `<tmp_path>/mirror.sqlite3`."""
+    db = AsyncMirror(Mirror(tmp_path / "mirror.sqlite3"))
+    await db.call(lambda m: m.ensure_schema(create=True))
+    try:
+        yield db
+    finally:
+        await db.close()
+
+
+# --- end records and mirror ----------------------------------------------------------------
 
 
 # --- markers -------------------------------------------------------------------------------

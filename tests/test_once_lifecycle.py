@@ -76,6 +76,7 @@ class World(support.World):
 
 @pytest.fixture
 def world(devserver: DevserverProcess) -> World:
+    """The shared `world`, with the waits of this module."""
     return World(devserver.url)
 
 

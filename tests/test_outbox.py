@@ -8,7 +8,7 @@ import os
 import sqlite3
 import subprocess
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -34,16 +34,6 @@ from anyrtd.serve import refresh_summary
 from anyrtd.vocab import RunStatus
 
 NOW = 1_800_000_000.0
-
-
-@pytest.fixture
-async def mirror(tmp_path: Path) -> AsyncIterator[AsyncMirror]:
-    db = AsyncMirror(Mirror(tmp_path / "mirror.sqlite3"))
-    await db.call(lambda m: m.ensure_schema(create=True))
-    try:
-        yield db
-    finally:
-        await db.close()
 
 
 async def queue(db: AsyncMirror, writes: Iterable[tuple[str, str, dict[str, Any]]]) -> None:
