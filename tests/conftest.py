@@ -374,6 +374,21 @@ LONG_TIMEOUTS = {
 }
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Escape lone surrogates in a report's captured output (tests feed the daemon such text
+    on purpose): a pytest-xdist worker sends its reports as UTF-8 and cannot send them."""
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    report.sections = [
+        (name, text.encode("utf-8", "backslashreplace").decode("utf-8"))
+        for name, text in report.sections
+    ]
+
+
+SLOW = frozenset(LONG_TIMEOUTS)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
@@ -384,6 +399,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group(XDIST_GROUPS[module]))
         if module in LONG_TIMEOUTS and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(LONG_TIMEOUTS[module]))
+    # The long modules first, so that workers do not wait for one at the end of the run (a
+    # stable sort: each module's tests stay together and in their order).
+    items.sort(key=lambda i: getattr(getattr(i, "module", None), "__name__", "") not in SLOW)
 
 
 # --- end markers ---------------------------------------------------------------------------
