@@ -324,26 +324,6 @@ PROCESS_MODULES = frozenset(
 )
 
 
-# `.ci/run` spreads the tests over pytest-xdist workers (`-n 4 --dist loadgroup`). A module
-# named here keeps all its tests on one worker, in one group: the systemd sandbox and the
-# venv under /opt are one per machine, Chromium is heavy to start, and the module-scoped
-# fixtures of the others are built once rather than once per worker. The timing figures
-# (fire lag under a flood, the benchmark's smoke run) share one group so that they never
-# run beside each other.
-XDIST_GROUPS = {
-    "test_systemd": "systemd",
-    "test_systemd_mirror": "systemd",
-    "test_service_install": "systemd",
-    "test_status_page": "chromium",
-    "test_bench_fire": "timing",
-    "test_faults_flood": "timing",
-    "test_cli_client": "test_cli_client",
-    "test_cli_help": "test_cli_help",
-    "test_control_fuzz": "test_control_fuzz",
-    "test_control_guard": "test_control_guard",
-}
-
-
 # Every test has pyproject's timeout (60 s) unless it says `pytest.mark.timeout(N)`; these
 # modules' tests take longer on a loaded machine (a fault family, systemd and the venv the
 # unit runs from, Chromium, several daemons, many Hypothesis examples).
@@ -389,18 +369,21 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 SLOW = frozenset(LONG_TIMEOUTS)
 
 
+def pytest_itemcollected(item: pytest.Item) -> None:
+    fixtures = set(getattr(item, "fixturenames", ()))
+    module = item.module.__name__ if isinstance(item, pytest.Function) else ""
+    if fixtures & PROCESS_FIXTURES or module in PROCESS_MODULES:
+        item.add_marker(pytest.mark.process)
+    if module in LONG_TIMEOUTS and item.get_closest_marker("timeout") is None:
+        item.add_marker(pytest.mark.timeout(LONG_TIMEOUTS[module]))
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        fixtures = set(getattr(item, "fixturenames", ()))
-        module = item.module.__name__ if isinstance(item, pytest.Function) else ""
-        if fixtures & PROCESS_FIXTURES or module in PROCESS_MODULES:
-            item.add_marker(pytest.mark.process)
-        if module in XDIST_GROUPS:
-            item.add_marker(pytest.mark.xdist_group(XDIST_GROUPS[module]))
-        if module in LONG_TIMEOUTS and item.get_closest_marker("timeout") is None:
-            item.add_marker(pytest.mark.timeout(LONG_TIMEOUTS[module]))
-    # The long modules first, so that workers do not wait for one at the end of the run (a
-    # stable sort: each module's tests stay together and in their order).
+    # The long modules first, so that no worker starts one at the end of the run (a stable
+    # sort: each module's tests stay together and in their order). `.ci/run` hands each
+    # module to one pytest-xdist worker (`--dist loadfile`): its module-scoped fixtures are
+    # built once, and the modules that share a machine-wide resource (the systemd sandbox,
+    # the units under /etc) take a lock for it (tests/systemd_fixtures.py).
     items.sort(key=lambda i: getattr(getattr(i, "module", None), "__name__", "") not in SLOW)
 
 
