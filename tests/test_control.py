@@ -18,6 +18,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 from support import SEED_KEYS, async_wait_until
 
+from anyrtd import daemon as daemon_module
 from anyrtd.client import ServerClient, Upsert
 from anyrtd.clock import FakeClock
 from anyrtd.config import CommandProgram, Config
@@ -102,8 +103,14 @@ def config_for(url: str, state: Path) -> Config:
 
 @pytest.fixture
 async def stack(
-    devserver_inprocess: DevServer, tmp_path: Path, aiohttp_client: Any
+    devserver_inprocess: DevServer,
+    tmp_path: Path,
+    aiohttp_client: Any,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> AsyncIterator[Stack]:
+    # The outbox gathers a second's writes before it sends them; these tests wait for each
+    # claim to reach the server, and are not about the gathering.
+    monkeypatch.setattr(daemon_module, "WINDOW_S", 0.05)
     daemon = Daemon(config_for(devserver_inprocess.url, tmp_path / "state"))
     await daemon.open()
     await daemon.start()
