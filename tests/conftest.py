@@ -22,9 +22,11 @@ from typing import Any
 
 import httpx
 import pytest
-from fleet import Fleet
+from fleet import Fleet, Node
+from support import World
 
 from anyrtd.devserver import DevServer, start_devserver
+from anyrtd.mirror import AsyncMirror, Mirror
 
 DEVSERVER_LINE = re.compile(r"^anyrtd devserver: device (\d+) (\S+) (http://\S+)$")
 
@@ -186,9 +188,14 @@ async def devserver_inprocess(tmp_path: Path) -> AsyncIterator[DevServer]:
 
 
 # --- fleet ---------------------------------------------------------------------------------
-# `fleet`: in-process daemons on a multi-device devserver subprocess, one shared fake clock
+# `fleet`: in-process daemons on a multi-device devserver, one shared fake clock
 # (tests/fleet.py). Two devices unless the test or its module says `pytest.mark.devices(n)`.
-# `fleet_factory(devices=N, **devserver options)`: more fleets, or a fleet with options.
+# The devserver runs in the test's own event loop (the process boundary is not what these
+# tests are about): reach it through the fleet's async helpers (`await fleet.admin(...)`).
+# `fleet_factory(devices=N, **devserver options)`: fleets on devserver subprocesses, or a
+# fleet with options (`replicated=True`, ...).
+# `h`: one always-active node (no election) on a one-device in-process devserver;
+# `h_process`: the same on a devserver subprocess (`devserver`), which a test can stop.
 
 
 @pytest.fixture
@@ -211,13 +218,65 @@ async def fleet_factory(
 
 
 @pytest.fixture
-def fleet(fleet_factory: Callable[..., Fleet], request: pytest.FixtureRequest) -> Fleet:
-    """A fleet on a devserver with two devices (or `pytest.mark.devices(n)` of them)."""
+async def fleet(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Fleet]:
+    """A fleet on an in-process devserver with two devices (or `pytest.mark.devices(n)`)."""
     marker = request.node.get_closest_marker("devices")
-    return fleet_factory(devices=int(marker.args[0]) if marker is not None else 2)
+    devices = int(marker.args[0]) if marker is not None else 2
+    server = await start_devserver(tmp_path / "fleet-dev.sqlite3", devices=devices)
+    made = Fleet(server, tmp_path)
+    try:
+        yield made
+    finally:
+        await made.close()
+        await server.close()
+
+
+@pytest.fixture
+async def h(devserver_inprocess: DevServer, tmp_path: Path) -> AsyncIterator[Node]:
+    """One always-active daemon on a one-device in-process devserver: a fleet of one node."""
+    fleet = Fleet(devserver_inprocess, tmp_path)
+    try:
+        yield await fleet.node(1, election=False)
+    finally:
+        await fleet.close()
+
+
+@pytest.fixture
+async def h_process(devserver: DevserverProcess, tmp_path: Path) -> AsyncIterator[Node]:
+    """`h` on a devserver subprocess, for a test that stops and restarts the server."""
+    fleet = Fleet(devserver, tmp_path)
+    try:
+        yield await fleet.node(1, election=False)
+    finally:
+        await fleet.close()
 
 
 # --- end fleet -----------------------------------------------------------------------------
+
+
+# --- records and mirror --------------------------------------------------------------------
+# `world`: the trigger and run records of `devserver`, read and written as a user would
+# (tests/support.py's `World`). `mirror`: a fresh `AsyncMirror` at the schema head.
+
+
+@pytest.fixture
+def world(devserver: DevserverProcess) -> World:
+    """The records of the `devserver`, as a user sees them."""
+    return World(devserver.url)
+
+
+@pytest.fixture
+async def mirror(tmp_path: Path) -> AsyncIterator[AsyncMirror]:
+    """A fresh mirror at the schema head, in `<tmp_path>/mirror.sqlite3`."""
+    db = AsyncMirror(Mirror(tmp_path / "mirror.sqlite3"))
+    await db.call(lambda m: m.ensure_schema(create=True))
+    try:
+        yield db
+    finally:
+        await db.close()
+
+
+# --- end records and mirror ----------------------------------------------------------------
 
 
 # --- markers -------------------------------------------------------------------------------
@@ -225,15 +284,20 @@ def fleet(fleet_factory: Callable[..., Fleet], request: pytest.FixtureRequest) -
 # process. A test is `process` when it uses a fixture that starts one, or sits in a module
 # whose tests start `anyrtd` (or another program) themselves.
 
-PROCESS_FIXTURES = frozenset({"devserver", "devserver_factory", "fleet", "fleet_factory"})
+PROCESS_FIXTURES = frozenset({"devserver", "devserver_factory", "fleet_factory", "h_process"})
 PROCESS_MODULES = frozenset(
     {
+        "test_bench_fire",
         "test_cli_client",
         "test_cli_completion",
+        "test_cli_help",
+        "test_cli_settings",
+        "test_cli_startup",
         "test_control_fuzz",
-        "test_control_records",
         "test_control_process",
+        "test_control_records",
         "test_dev",
+        "test_devserver_cli",
         "test_faults_clock",
         "test_faults_diskfull",
         "test_faults_fleet",
@@ -242,7 +306,6 @@ PROCESS_MODULES = frozenset(
         "test_faults_outage",
         "test_faults_programs",
         "test_faults_records",
-        "test_devserver_cli",
         "test_identity_serve",
         "test_leftover_groups",
         "test_multi_device_serve",
@@ -251,19 +314,77 @@ PROCESS_MODULES = frozenset(
         "test_runner",
         "test_serve_notify",
         "test_serve_process",
+        "test_service_install",
         "test_service_limits",
         "test_spawn_descriptors",
+        "test_status_page",
         "test_systemd",
+        "test_systemd_mirror",
     }
 )
 
 
+# Every test has pyproject's timeout (60 s) unless it says `pytest.mark.timeout(N)`; these
+# modules' tests take longer on a loaded machine (a fault family, systemd and the venv the
+# unit runs from, Chromium, several daemons, many Hypothesis examples).
+LONG_TIMEOUTS = {
+    "test_faults_clock": 240,
+    "test_faults_diskfull": 240,
+    "test_faults_fleet": 240,
+    "test_faults_flood": 240,
+    "test_faults_kill9": 240,
+    "test_faults_outage": 240,
+    "test_faults_programs": 240,
+    "test_faults_records": 240,
+    "test_service_install": 600,
+    "test_systemd": 600,
+    "test_systemd_mirror": 600,
+    "test_status_page": 180,
+    "test_multi_device_fence": 180,
+    "test_control_fuzz": 180,
+    "test_control_descriptors": 120,
+    "test_control_flood": 120,
+    "test_serve_process": 120,
+    "test_once_lifecycle": 120,
+    "test_fire_disk_full": 120,
+    "test_startup_spread": 120,
+    "test_model": 120,
+    "test_records": 120,
+    "test_schedule_props": 120,
+}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Escape lone surrogates in a report's captured output (tests feed the daemon such text
+    on purpose): a pytest-xdist worker sends its reports as UTF-8 and cannot send them."""
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    report.sections = [
+        (name, text.encode("utf-8", "backslashreplace").decode("utf-8"))
+        for name, text in report.sections
+    ]
+
+
+SLOW = frozenset(LONG_TIMEOUTS)
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    fixtures = set(getattr(item, "fixturenames", ()))
+    module = item.module.__name__ if isinstance(item, pytest.Function) else ""
+    if fixtures & PROCESS_FIXTURES or module in PROCESS_MODULES:
+        item.add_marker(pytest.mark.process)
+    if module in LONG_TIMEOUTS and item.get_closest_marker("timeout") is None:
+        item.add_marker(pytest.mark.timeout(LONG_TIMEOUTS[module]))
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        fixtures = set(getattr(item, "fixturenames", ()))
-        module = item.module.__name__ if isinstance(item, pytest.Function) else ""
-        if fixtures & PROCESS_FIXTURES or module in PROCESS_MODULES:
-            item.add_marker(pytest.mark.process)
+    # The long modules first, so that no worker starts one at the end of the run (a stable
+    # sort: each module's tests stay together and in their order). `.ci/run` hands each
+    # module to one pytest-xdist worker (`--dist loadfile`): its module-scoped fixtures are
+    # built once, and the modules that share a machine-wide resource (the systemd sandbox,
+    # the units under /etc) take a lock for it (tests/systemd_fixtures.py).
+    items.sort(key=lambda i: getattr(getattr(i, "module", None), "__name__", "") not in SLOW)
 
 
 # --- end markers ---------------------------------------------------------------------------

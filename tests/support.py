@@ -162,3 +162,21 @@ class World:
         records, _ = self.call(lambda c, p: c.query(p.triggers, filter={"id": rid}))
         assert records, f"no record {rid}"
         return records[0]
+
+    def owner(self, rid: str) -> str | None:
+        """The record's `owner` ("" when unset), or None when there is no such record."""
+        records, _ = self.call(lambda c, p: c.query(p.triggers, filter={"id": rid}))
+        return str(records[0].get("owner", "")) if records else None
+
+    def owners(self) -> set[str]:
+        """The `owner` of every trigger record."""
+        records = self.call(lambda c, p: c.query_all(p.triggers))
+        return {str(r.get("owner", "")) for r in records}
+
+    def runs(self, trigger_id: str) -> list[dict[str, Any]]:
+        """The `agent_runs` records of a trigger."""
+        return self.call(lambda c, p: c.query_all(p.runs, filter={"triggerId": trigger_id}))
+
+    def run_devices(self, trigger_id: str) -> list[str]:
+        """The `device` of each `agent_runs` record of the trigger."""
+        return [str(r.get("device")) for r in self.runs(trigger_id)]

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import DevserverProcess, anyrtd_command
 from control_support import ServeProcess
 from support import wait_until
@@ -28,6 +29,7 @@ def anyrtd(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.process  # it starts a real program
 def test_an_interrupted_run_shows_why_without_an_empty_error_type(tmp_path: Path) -> None:
     pid_file = tmp_path / "program.pid"
     devserver = DevserverProcess(tmp_path / "dev.sqlite3", [], tmp_path / "devserver.log")

@@ -7,24 +7,11 @@ does; the restart case keeps the mirror and restarts the daemon under the earlie
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
-import pytest
-from fleet import T0, Fleet, Node
+from fleet import T0, Node
 
 STEP_S = 7200.0
-
-
-@pytest.fixture
-async def h(devserver: Any, tmp_path: Path) -> AsyncIterator[Node]:
-    """One always-active daemon on a one-device devserver."""
-    fleet = Fleet(devserver, tmp_path)
-    try:
-        yield await fleet.node(1, election=False)
-    finally:
-        await fleet.close()
 
 
 def every(seconds: float) -> dict[str, Any]:

@@ -22,11 +22,6 @@ ECHO = (
 
 
 @pytest.fixture
-def world(devserver: DevserverProcess) -> World:
-    return World(devserver.url)
-
-
-@pytest.fixture
 def served(devserver: DevserverProcess, tmp_path: Path) -> Iterator[ServeProcess]:
     proc = ServeProcess(tmp_path, devserver.url, config_lines=ECHO)
     try:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -12,6 +13,7 @@ import pytest
 
 from anyrtd.client import ServerClient
 from anyrtd.clock import FakeClock
+from anyrtd.devserver import start_devserver
 from anyrtd.election import APP, Election
 
 T0 = 1_800_000_000.0
@@ -55,12 +57,15 @@ class Devices:
 
 
 @pytest.fixture
-async def devices(devserver_factory: Callable[..., Any]) -> AsyncIterator[Devices]:
-    d = Devices(devserver_factory(devices=3))
+async def devices(tmp_path: Path) -> AsyncIterator[Devices]:
+    """Elections on a three-device devserver in the test's event loop."""
+    server = await start_devserver(tmp_path / "dev.sqlite3", devices=3)
+    d = Devices(server)
     try:
         yield d
     finally:
         await d.close()
+        await server.close()
 
 
 async def test_a_lone_device_claims_the_role_at_boot(devices: Devices) -> None:

@@ -1,5 +1,5 @@
 """The fault suite's control-API flood and idle connections (bench/faults/flood.py), short:
-`GET /triggers` at a concurrency of 200 for 5 s, then 1,100 half-sent requests held open
+`GET /triggers` at a concurrency of 200 for 3 s, then 1,100 half-sent requests held open
 against systemd's default descriptor limit; the every-second trigger keeps its timing, no
 run fails, nothing is auto-disabled, every `once` runs once."""
 
@@ -20,8 +20,8 @@ from bench.faults.suite import run_family
 def test_a_flood_and_idle_connections_leave_the_timer_and_the_runs_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(flood, "FLOOD_S", 5.0)
-    monkeypatch.setattr(flood, "IDLE_S", 6.0)
+    monkeypatch.setattr(flood, "FLOOD_S", 3.0)
+    monkeypatch.setattr(flood, "IDLE_S", 4.0)
     monkeypatch.setattr(flood, "IDLE_COUNT", 1_100)  # over the daemon's 1,024 descriptors
     result = run_family("flood", tmp_path, rounds=200)
     assert result.ok, result.report()

@@ -137,15 +137,12 @@ class Stage:
 
 
 @pytest.fixture
-async def stage(tmp_path: Path) -> AsyncIterator[Stage]:
-    db = AsyncMirror(Mirror(tmp_path / "mirror.sqlite3"))
-    await db.call(lambda m: m.ensure_schema(create=True))
-    stage = Stage(db)
+async def stage(mirror: AsyncMirror) -> AsyncIterator[Stage]:
+    stage = Stage(mirror)
     try:
         yield stage
     finally:
         await stage.firing.wait_idle()
-        await db.close()
 
 
 async def test_a_batch_is_durable_before_its_due_time_and_starts_with_no_write_before(

@@ -15,67 +15,13 @@ import httpx
 import pytest
 from conftest import anyrtd_command
 from control_support import ServeProcess
-from support import wait_until
+from support import World, wait_until
 
 from anyrtd.vocab import stamp
 
 MARK = "test:mark@v1"
 LINES = ("election_poll_s = 0.5", f'[programs."{MARK}"]\nargv = {json.dumps(["/bin/true"])}')
 EVERY_SECOND = {"kind": "cron", "spec": {"every_s": 1}, "program": MARK}
-
-
-class World:
-    """The trigger and run records, read and written straight on the devserver."""
-
-    def __init__(self, url: str) -> None:
-        self.http = httpx.Client(base_url=url, timeout=10)
-        children = "/v1/spaces/bao/bundles/bao%2Fv1/children"
-        self.anchor = self.http.post(children, json={"seed": "bao/triggers/v1"}).json()["objectId"]
-        self.runs_obj = self.http.post(children, json={"seed": "bao/runs/v1"}).json()["objectId"]
-
-    def put(self, rid: str, **fields: Any) -> None:
-        self.http.post(
-            "/v1/spaces/bao/upsert",
-            json={
-                "objectId": self.anchor,
-                "dataset": "agent_triggers",
-                "records": [{"id": rid, "fields": fields}],
-            },
-        ).raise_for_status()
-
-    def _query(self, obj: str, dataset: str, filter: dict[str, Any]) -> list[dict[str, Any]]:
-        resp = self.http.post(
-            "/v1/spaces/bao/query", json={"objectId": obj, "dataset": dataset, "filter": filter}
-        )
-        resp.raise_for_status()
-        records: list[dict[str, Any]] = resp.json()["records"]
-        return records
-
-    def owner(self, rid: str) -> str | None:
-        found = self._query(self.anchor, "agent_triggers", {"id": rid})
-        return str(found[0].get("owner", "")) if found else None
-
-    def owners(self) -> set[str]:
-        return {str(r.get("owner", "")) for r in self._query(self.anchor, "agent_triggers", {})}
-
-    def run_devices(self, trigger_id: str) -> list[str]:
-        """The `device` of each `agent_runs` record of the trigger."""
-        runs = self._query(self.runs_obj, "agent_runs", {"triggerId": trigger_id})
-        return [str(r.get("device")) for r in runs]
-
-
-@pytest.fixture
-def worlds() -> Iterator[Callable[[str], World]]:
-    """Make `World`s on a devserver URL; each one's client is closed at teardown."""
-    made: list[World] = []
-
-    def make(url: str) -> World:
-        made.append(World(url))
-        return made[-1]
-
-    yield make
-    for world in made:
-        world.http.close()
 
 
 @pytest.fixture
@@ -106,10 +52,9 @@ def pid(proc: ServeProcess) -> int:
 def test_a_fresh_init_while_serving_follows_the_new_peer_id_and_stays_standby(
     devserver_factory: Callable[..., Any],
     served: Callable[[str, str], ServeProcess],
-    worlds: Callable[[str], World],
 ) -> None:
     server = devserver_factory(devices=2)
-    world = worlds(server.url)
+    world = World(server.url)
     one, two = served(server.urls[0], "one"), served(server.urls[1], "two")
     old, other = server.peers
     one.start()
@@ -156,9 +101,8 @@ def test_a_fresh_init_while_serving_follows_the_new_peer_id_and_stays_standby(
 def test_a_registry_failing_at_boot_means_single_device_mode_with_a_stamp(
     devserver: Any,
     served: Callable[[str, str], ServeProcess],
-    worlds: Callable[[str], World],
 ) -> None:
-    world = worlds(devserver.url)
+    world = World(devserver.url)
     devserver.admin("faults", {"devices": "error"})
     serve = served(devserver.url, "serve").start()
     me = stamp(pid(serve))
@@ -187,9 +131,8 @@ def test_a_registry_failing_at_boot_means_single_device_mode_with_a_stamp(
 def test_a_registry_failing_at_boot_keeps_the_peer_id_it_gave_so_pins_fire(
     devserver: Any,
     served: Callable[[str, str], ServeProcess],
-    worlds: Callable[[str], World],
 ) -> None:
-    world = worlds(devserver.url)
+    world = World(devserver.url)
     serve = served(devserver.url, "serve").start()
     peer = devserver.peers[0]
     wait_until(lambda: get(serve, "/healthz")["peerId"] == peer, timeout=30, what="the peer id")
@@ -207,9 +150,8 @@ def test_a_registry_failing_at_boot_keeps_the_peer_id_it_gave_so_pins_fire(
 def test_a_restart_in_single_device_mode_claims_the_old_stamp_afresh(
     devserver: Any,
     served: Callable[[str, str], ServeProcess],
-    worlds: Callable[[str], World],
 ) -> None:
-    world = worlds(devserver.url)
+    world = World(devserver.url)
     devserver.admin("faults", {"devices": "missing"})  # no registry: single-device mode
     serve = served(devserver.url, "serve").start()
     first = stamp(pid(serve))

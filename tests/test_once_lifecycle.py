@@ -15,7 +15,7 @@ import re
 import sqlite3
 import subprocess
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -24,7 +24,7 @@ import pytest
 import support
 from conftest import DevserverProcess, anyrtd_command
 from control_support import TICK, ServeProcess
-from fleet import T0, Fleet, Node
+from fleet import T0, Node
 from support import wait_until
 
 from anyrtd.apply import Apply
@@ -76,6 +76,7 @@ class World(support.World):
 
 @pytest.fixture
 def world(devserver: DevserverProcess) -> World:
+    """The shared `world`, with the waits of this module."""
     return World(devserver.url)
 
 
@@ -284,15 +285,6 @@ def test_edit_at_that_sets_enabled_false_leaves_a_fired_once_off(
 
 
 # --- item 12: the schedule's small ones --------------------------------------------------------
-
-
-@pytest.fixture
-async def h(devserver: DevserverProcess, tmp_path: Path) -> AsyncIterator[Node]:
-    fleet = Fleet(devserver, tmp_path)
-    try:
-        yield await fleet.node(1, election=False)
-    finally:
-        await fleet.close()
 
 
 def scheduled_next(node: Node, rid: str) -> float | None:

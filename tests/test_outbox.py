@@ -8,17 +8,23 @@ import os
 import sqlite3
 import subprocess
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from conftest import anyrtd_command
 from control_support import ServeProcess
 from support import async_wait_until, daemon_with, server_runs, wait_until
 
-from anyrtd.client import Dataset, ServerClient, ServerError, ServerUnavailable, Upsert
+from anyrtd.client import (
+    Dataset,
+    ServerClient,
+    ServerError,
+    ServerUnavailable,
+    Upsert,
+    encode,
+)
 from anyrtd.devserver import DevServer
 from anyrtd.mirror import AsyncMirror, Mirror
 from anyrtd.outbox import RUNS, TRIGGERS, DrainResult, DrainWake, drain
@@ -27,16 +33,6 @@ from anyrtd.rows import Batch
 from anyrtd.vocab import RunStatus
 
 NOW = 1_800_000_000.0
-
-
-@pytest.fixture
-async def mirror(tmp_path: Path) -> AsyncIterator[AsyncMirror]:
-    db = AsyncMirror(Mirror(tmp_path / "mirror.sqlite3"))
-    await db.call(lambda m: m.ensure_schema(create=True))
-    try:
-        yield db
-    finally:
-        await db.close()
 
 
 async def queue(db: AsyncMirror, writes: Iterable[tuple[str, str, dict[str, Any]]]) -> None:
@@ -216,10 +212,15 @@ def test_a_served_daemon_drains_past_a_write_it_cannot_send_and_says_so(
     assert kept == [("bad-run",)]
 
 
-def test_httpx_refuses_a_lone_surrogate() -> None:
-    """The premise of the tests above: the wire encoding cannot carry a lone surrogate."""
-    with pytest.raises(UnicodeEncodeError):
-        httpx.Request("POST", "http://127.0.0.1/", json={"title": "\ud800"})
+@pytest.mark.parametrize(
+    "body",
+    [{"title": "\ud800"}, {"costUsd": float("nan")}],
+    ids=["a lone surrogate", "a NaN"],
+)
+def test_the_client_encoder_refuses_what_no_server_could_take(body: dict[str, Any]) -> None:
+    """The premise of the tests above: the client's own wire encoding cannot carry them."""
+    with pytest.raises(ValueError):
+        encode(body)
 
 
 # when the outbox loop drains

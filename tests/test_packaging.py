@@ -7,6 +7,7 @@ import plistlib
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -218,9 +219,11 @@ def test_systemd_analyze_verify_reports_nothing_for_the_system_unit(tmp_path: Pa
 @needs_analyze
 def test_systemd_analyze_verify_reports_nothing_for_the_user_unit(tmp_path: Path) -> None:
     unit = copy_with_stand_in(USER_UNIT, tmp_path, "%h/.local/bin/anyrtd")
-    runtime = tmp_path / "xdg-runtime"
-    runtime.mkdir(mode=0o700)
-    done = run_analyze("--user", "verify", str(unit), env={"XDG_RUNTIME_DIR": str(runtime)})
+    # Short, as a real one is: the user's other sockets under it must fit a socket path
+    # (108 bytes), which a pytest-xdist worker's tmp_path may not leave room for.
+    with tempfile.TemporaryDirectory(prefix="xdg-") as runtime:
+        env = {"XDG_RUNTIME_DIR": runtime}
+        done = run_analyze("--user", "verify", str(unit), env=env)
     assert (done.returncode, done.stdout + done.stderr) == (0, "")
 
 

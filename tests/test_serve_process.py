@@ -11,10 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from control_support import TICK, ServeProcess
-from support import wait_until
+from support import World, wait_until
 
 
 def program_table(programs: dict[str, list[str]]) -> tuple[str, ...]:
@@ -46,54 +45,6 @@ def wait_ticks(serve: ServeProcess, n: int) -> None:
     """Wait until the daemon has run `n` more reconciles."""
     start = last_tick(serve)
     wait_until(lambda: last_tick(serve) >= start + n * TICK, timeout=30, what=f"{n} more ticks")
-
-
-class World:
-    """The records the tests write and read, straight on the devserver."""
-
-    def __init__(self, url: str) -> None:
-        self.http = httpx.Client(base_url=url, timeout=10)
-        children = "/v1/spaces/bao/bundles/bao%2Fv1/children"
-        self.anchor = self.http.post(children, json={"seed": "bao/triggers/v1"}).json()["objectId"]
-        self.runs_obj = self.http.post(children, json={"seed": "bao/runs/v1"}).json()["objectId"]
-
-    def put(self, rid: str, **fields: Any) -> None:
-        resp = self.http.post(
-            "/v1/spaces/bao/upsert",
-            json={
-                "objectId": self.anchor,
-                "dataset": "agent_triggers",
-                "records": [{"id": rid, "fields": fields}],
-            },
-        )
-        resp.raise_for_status()
-
-    def record(self, rid: str) -> dict[str, Any]:
-        resp = self.http.post(
-            "/v1/spaces/bao/query",
-            json={"objectId": self.anchor, "dataset": "agent_triggers", "filter": {"id": rid}},
-        )
-        records: list[dict[str, Any]] = resp.json()["records"]
-        return records[0]
-
-    def runs(self, trigger_id: str) -> list[dict[str, Any]]:
-        resp = self.http.post(
-            "/v1/spaces/bao/query",
-            json={
-                "objectId": self.runs_obj,
-                "dataset": "agent_runs",
-                "filter": {"triggerId": trigger_id},
-            },
-        )
-        runs: list[dict[str, Any]] = resp.json()["records"]
-        return runs
-
-
-@pytest.fixture
-def world(devserver: Any) -> Iterator[World]:
-    w = World(devserver.url)
-    yield w
-    w.http.close()
 
 
 @pytest.fixture
@@ -193,8 +144,7 @@ def test_a_restart_keeps_firing_from_the_mirror_while_the_server_is_away(
         assert signal_and_wait(serve, signal.SIGTERM) == 0
         serve.server_url = devserver.url
         serve.start()
-        world.http.close()
-        world.http = httpx.Client(base_url=devserver.url, timeout=10)
+        world.url = devserver.url
         wait_until(
             lambda: len(world.runs("beat")) >= len(pids.read_text().split()) - 1,
             timeout=30,

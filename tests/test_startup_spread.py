@@ -11,12 +11,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import sqlite3
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from fleet import T0, Fleet, Node
+from fleet import T0, Node
 
 from anyrtd import apply
 from anyrtd.election import AlwaysActive
@@ -135,16 +133,6 @@ class Switch(AlwaysActive):
 
     async def poll(self) -> Verdict:
         return self.now
-
-
-@pytest.fixture
-async def h(devserver: Any, tmp_path: Path) -> AsyncIterator[Node]:
-    """One daemon on a one-device devserver, its verdict set by the test (`switch`)."""
-    fleet = Fleet(devserver, tmp_path)
-    try:
-        yield await fleet.node(1, election=False)
-    finally:
-        await fleet.close()
 
 
 def switched(h: Node) -> Switch:

@@ -111,6 +111,7 @@ HOLD_AND_SPAWN = textwrap.dedent(
 )
 
 
+@pytest.mark.process  # it starts a real program
 def test_a_program_that_outlives_its_daemon_does_not_keep_the_lock(tmp_path: Path) -> None:
     state = tmp_path / "state"
     with subprocess.Popen(

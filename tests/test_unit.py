@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from sqlalchemy import event
 
-from anyrtd.mirror import AsyncMirror, Mirror
+from anyrtd.mirror import AsyncMirror
 from anyrtd.model import TriggerDef
 from anyrtd.records import RecordCache
 from anyrtd.rows import Batch, RunRow
@@ -51,16 +50,6 @@ class HeldMirror:
 
     def commit(self, batch: Batch, now: float) -> None:
         self.batches.append(batch)
-
-
-@pytest.fixture
-async def mirror(tmp_path: Path) -> AsyncIterator[AsyncMirror]:
-    db = AsyncMirror(Mirror(tmp_path / "mirror.sqlite3"))
-    await db.call(lambda m: m.ensure_schema(create=True))
-    try:
-        yield db
-    finally:
-        await db.close()
 
 
 def unit_with(db: Any) -> tuple[Unit, RecordCache, list[str]]:
