@@ -9,7 +9,7 @@ import json
 
 import pytest
 from fake_transport import Answer, FakeTransport, answer, taken
-from test_outbox import NOW, locate, mirror, queue  # noqa: F401 - `mirror` is a fixture
+from test_outbox import NOW, locate, queue
 
 from anyrtd.client import ServerClient
 from anyrtd.mirror import AsyncMirror, Mirror
@@ -41,7 +41,7 @@ WRITES = [
     ],
 )
 async def test_a_storm_of_not_now_answers_keeps_every_write_queued(
-    mirror: AsyncMirror,  # noqa: F811
+    mirror: AsyncMirror,
     status: int,
     body: bytes,
     headers: dict[str, str],
@@ -67,7 +67,7 @@ async def test_a_storm_of_not_now_answers_keeps_every_write_queued(
     [(400, "bad_request"), (409, "tombstoned"), (413, "too_large"), (422, "invalid")],
 )
 async def test_a_write_the_server_refuses_for_good_is_set_aside_and_the_rest_go(
-    mirror: AsyncMirror,  # noqa: F811
+    mirror: AsyncMirror,
     status: int,
     code: str,
 ) -> None:
@@ -88,7 +88,7 @@ async def test_a_write_the_server_refuses_for_good_is_set_aside_and_the_rest_go(
 
 
 async def test_a_429_while_the_drain_sends_one_by_one_keeps_the_writes_queued(
-    mirror: AsyncMirror,  # noqa: F811
+    mirror: AsyncMirror,
 ) -> None:
     await queue(mirror, [*WRITES, (RUNS, "bad", {"status": "ok"})])
     calls: list[list[str]] = []
