@@ -140,9 +140,9 @@ def test_a_server_outage_fails_runs_without_tripping_the_breaker_and_degrades_he
     assert held["consecutiveFailures"] == 0 and held["lastStatus"] != "auto_disabled"
     # Each failed run is a warning, so `journalctl -p warning` sees it.
     assert log_lines(
-        serve, r" WARNING anyrtd\.daemon: run \S+ of remind ended FAILED \(ServerUnavailable: "
+        serve, r" WARNING anyrtd\.firing: run \S+ of remind ended FAILED \(ServerUnavailable: "
     )
-    assert not log_lines(serve, r" INFO anyrtd\.daemon: run \S+ of remind ended FAILED")
+    assert not log_lines(serve, r" INFO anyrtd\.firing: run \S+ of remind ended FAILED")
 
     def degraded() -> dict[str, Any] | None:
         with serve.http() as client:
@@ -255,9 +255,9 @@ def test_an_auto_disabled_trigger_is_an_error_line_and_doctor_lists_it_with_inva
         what="the typo to be marked",
     )
     assert log_lines(
-        serve, r" ERROR anyrtd\.daemon: flaky auto-disabled after 2 consecutive failures"
+        serve, r" ERROR anyrtd\.firing: flaky auto-disabled after 2 consecutive failures"
     )
-    assert log_lines(serve, r" WARNING anyrtd\.daemon: run \S+ of flaky ended FAILED \(ExitCode: ")
+    assert log_lines(serve, r" WARNING anyrtd\.firing: run \S+ of flaky ended FAILED \(ExitCode: ")
 
     elsewhere = tmp_path / "cli-state"  # the CLI's own state directory is not the daemon's
     checks = wait_until(
