@@ -365,7 +365,8 @@ def test_sighup_reloads_a_good_config_and_keeps_the_old_one_when_it_is_bad(
         ready, _ = manager.wait_for(is_ready, "READY=1 after the reload")
         return ready
 
-    assert run_status() == "FAILED"  # test:hup@v1 is not installed yet
+    refused = daemon.api("POST", "/triggers/hup/run")  # test:hup@v1 is not installed yet
+    assert refused.status_code == 409 and "not installed" in refused.text, refused.text
 
     good = f'[programs."test:hup@v1"]\nargv = [{json.dumps(sys.executable)}, "-c", "pass"]\n'
     ready = reload(good)
