@@ -101,6 +101,22 @@ class ServeProcess:
             )
         return httpx.Client(base_url=f"http://{self.listen}", timeout=10, **kwargs)
 
+    def trigger(self, trigger_id: str) -> dict[str, Any]:
+        """Return `GET /triggers/ID`: the daemon's view of one trigger."""
+        with self.http() as c:
+            resp = c.get(f"/triggers/{trigger_id}")
+        assert resp.status_code == 200, resp.text
+        body: dict[str, Any] = resp.json()
+        return body
+
+    def runs(self, trigger_id: str, limit: int = 100) -> list[dict[str, Any]]:
+        """Return `GET /runs?trigger=ID`: this device's runs of one trigger, newest first."""
+        with self.http() as c:
+            resp = c.get("/runs", params={"trigger": trigger_id, "limit": str(limit)})
+        assert resp.status_code == 200, resp.text
+        found: list[dict[str, Any]] = resp.json()
+        return found
+
     def stop(self, timeout: float = 20.0) -> int | None:
         """SIGTERM, then SIGKILL past the timeout; return the exit status."""
         proc, self.proc = self.proc, None

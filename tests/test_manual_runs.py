@@ -30,25 +30,12 @@ PROGRAMS = (
 
 
 @pytest.fixture
-def world(devserver: DevserverProcess) -> World:
-    return World(devserver.url)
-
-
-@pytest.fixture
 def served(devserver: DevserverProcess, tmp_path: Path) -> Iterator[ServeProcess]:
     proc = ServeProcess(tmp_path, devserver.url, config_lines=PROGRAMS)
     try:
         yield proc.start()
     finally:
         proc.stop()
-
-
-def view(served: ServeProcess, rid: str) -> dict[str, Any]:
-    with served.http() as c:
-        resp = c.get(f"/triggers/{rid}")
-    assert resp.status_code == 200, resp.text
-    body: dict[str, Any] = resp.json()
-    return body
 
 
 def run_now_to_its_end(served: ServeProcess, rid: str) -> dict[str, Any]:
@@ -77,10 +64,10 @@ def test_failing_manual_runs_do_not_disable_a_pending_once(
         owner="",
         enabled=True,
     )
-    wait_until(lambda: view(served, "later")["nextFire"] == at, timeout=20, what="later armed")
+    wait_until(lambda: served.trigger("later")["nextFire"] == at, timeout=20, what="later armed")
     for _ in range(3):
         assert run_now_to_its_end(served, "later")["status"] == RunStatus.FAILED
-    shown = view(served, "later")
+    shown = served.trigger("later")
     assert shown["enabled"] is True and shown["lastStatus"] != LastStatus.AUTO_DISABLED
     assert shown["consecutiveFailures"] == 0 and shown["nextFire"] == at
     assert world.record("later")["enabled"] is True
@@ -121,25 +108,25 @@ def test_a_run_by_hand_that_could_only_fail_is_refused_and_not_offered(
     for rid in (*refused, "fine"):
         wait_until(
             lambda rid=rid: (
-                view(served, rid)["adopted"] and view(served, rid)["state"] != "claiming"
+                served.trigger(rid)["adopted"] and served.trigger(rid)["state"] != "claiming"
             ),
             timeout=30,
             what=f"{rid} adopted",
         )
-    assert view(served, "fine")["runNowRefused"] is None
+    assert served.trigger("fine")["runNowRefused"] is None
     with served.http() as c:
         listed = {t["id"]: t for t in c.get("/triggers").json()}
         for rid in refused:
-            assert view(served, rid)["runNowRefused"], rid
-            assert listed[rid]["runNowRefused"] == view(served, rid)["runNowRefused"]
+            assert served.trigger(rid)["runNowRefused"], rid
+            assert listed[rid]["runNowRefused"] == served.trigger(rid)["runNowRefused"]
             resp = c.post(f"/triggers/{rid}/run")
             assert resp.status_code == 409, (rid, resp.text)
             error = resp.json()["error"]
             assert error["code"] == "cannot_run"
             assert f"trigger {rid!r} cannot be run by hand" in error["message"]
             assert "\n" not in error["message"]
-        assert "runs only as the chat-watch record" in view(served, "chat-watch")["runNowRefused"]
-        assert "not installed" in view(served, "elsewhere")["runNowRefused"]
+        assert "runs only as the chat-watch record" in served.trigger("chat-watch")["runNowRefused"]
+        assert "not installed" in served.trigger("elsewhere")["runNowRefused"]
 
     env = {
         "ANYRTD_CONFIG": str(served.config),
@@ -153,8 +140,8 @@ def test_a_run_by_hand_that_could_only_fail_is_refused_and_not_offered(
     assert len(result.output.strip().splitlines()) == 1, result.output
 
     for rid in refused:
-        assert view(served, rid)["consecutiveFailures"] == 0
-        assert view(served, rid)["enabled"] is True
+        assert served.trigger(rid)["consecutiveFailures"] == 0
+        assert served.trigger(rid)["enabled"] is True
         with served.http() as c:
             assert c.get("/runs", params={"trigger": rid}).json() == [], rid
 

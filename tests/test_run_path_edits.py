@@ -7,7 +7,6 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from conftest import DevserverProcess
@@ -26,33 +25,12 @@ SLEEPY = (
 
 
 @pytest.fixture
-def world(devserver: DevserverProcess) -> World:
-    return World(devserver.url)
-
-
-@pytest.fixture
 def served(devserver: DevserverProcess, tmp_path: Path) -> Iterator[ServeProcess]:
     proc = ServeProcess(tmp_path, devserver.url, config_lines=SLEEPY)
     try:
         yield proc.start()
     finally:
         proc.stop()
-
-
-def view(served: ServeProcess, rid: str) -> dict[str, Any]:
-    with served.http() as c:
-        resp = c.get(f"/triggers/{rid}")
-    assert resp.status_code == 200, resp.text
-    body: dict[str, Any] = resp.json()
-    return body
-
-
-def runs(served: ServeProcess, rid: str) -> list[dict[str, Any]]:
-    with served.http() as c:
-        resp = c.get("/runs", params={"trigger": rid, "limit": "100"})
-    assert resp.status_code == 200, resp.text
-    found: list[dict[str, Any]] = resp.json()
-    return found
 
 
 def test_a_cron_edited_while_it_runs_fires_again_after_that_run(
@@ -67,17 +45,17 @@ def test_a_cron_edited_while_it_runs_fires_again_after_that_run(
         owner="",
         enabled=True,
     )
-    wait_until(lambda: view(served, "x")["running"] == 1, timeout=30, what="a run of x")
+    wait_until(lambda: served.trigger("x")["running"] == 1, timeout=30, what="a run of x")
     world.put("x", name="x edited")  # a refresh rebuilds the entry while the run is in flight
-    wait_until(lambda: view(served, "x")["name"] == "x edited", timeout=20, what="the edit")
-    edited_runs = {r["runId"] for r in runs(served, "x")}
+    wait_until(lambda: served.trigger("x")["name"] == "x edited", timeout=20, what="the edit")
+    edited_runs = {r["runId"] for r in served.runs("x")}
 
     def a_later_run_ended() -> bool:
-        later = [r for r in runs(served, "x") if r["runId"] not in edited_runs]
+        later = [r for r in served.runs("x") if r["runId"] not in edited_runs]
         return any(r["status"] == "ok" for r in later)
 
     wait_until(a_later_run_ended, timeout=30, what="a run of x started after the edit")
-    wait_until(lambda: view(served, "x")["running"] in (0, 1), timeout=5, what="x's count")
+    wait_until(lambda: served.trigger("x")["running"] in (0, 1), timeout=5, what="x's count")
 
 
 def test_an_every_s_trigger_edited_more_often_than_its_period_still_fires(
@@ -92,21 +70,21 @@ def test_an_every_s_trigger_edited_more_often_than_its_period_still_fires(
         owner="",
         enabled=True,
     )
-    wait_until(lambda: view(served, "pulse")["nextFire"], timeout=30, what="pulse armed")
-    first = view(served, "pulse")["nextFire"]
+    wait_until(lambda: served.trigger("pulse")["nextFire"], timeout=30, what="pulse armed")
+    first = served.trigger("pulse")["nextFire"]
     # Edits about 1 s apart for two periods, none of them of the schedule: each rebuilds the
     # entry, and none may push the next fire out again.
     n = 0
     while time.time() < first + 3.5:
-        version = view(served, "pulse")["version"]
+        version = served.trigger("pulse")["version"]
         world.put("pulse", args={"n": n})
         n += 1
         wait_until(
-            lambda v=version: view(served, "pulse")["version"] != v, timeout=10, what="an edit"
+            lambda v=version: served.trigger("pulse")["version"] != v, timeout=10, what="an edit"
         )
         pause_until = time.time() + 1.0
         wait_until(lambda t=pause_until: time.time() >= t, timeout=5, what="the next edit's time")
     assert n >= 3
-    fired = runs(served, "pulse")
+    fired = served.runs("pulse")
     assert fired, "pulse never fired while it was edited more often than its period"
     assert min(r["scheduledAt"] for r in fired) == pytest.approx(first, abs=0.01)

@@ -32,11 +32,6 @@ PROGRAMS = (
 
 
 @pytest.fixture
-def world(devserver: DevserverProcess) -> World:
-    return World(devserver.url)
-
-
-@pytest.fixture
 def served(devserver: DevserverProcess, tmp_path: Path) -> Iterator[ServeProcess]:
     proc = ServeProcess(tmp_path, devserver.url, config_lines=PROGRAMS)
     try:
@@ -58,20 +53,6 @@ def stopped_for(served: ServeProcess, seconds: float) -> None:
         os.kill(served.proc.pid, signal.SIGCONT)
 
 
-def view(served: ServeProcess, rid: str) -> dict[str, Any]:
-    with served.http() as c:
-        resp = c.get(f"/triggers/{rid}")
-    assert resp.status_code == 200, resp.text
-    body: dict[str, Any] = resp.json()
-    return body
-
-
-def runs(served: ServeProcess, rid: str) -> list[dict[str, Any]]:
-    with served.http() as c:
-        found: list[dict[str, Any]] = c.get("/runs", params={"trigger": rid}).json()
-    return found
-
-
 def test_a_run_that_ended_while_the_daemon_was_stopped_is_not_past_its_budget(
     served: ServeProcess, world: World
 ) -> None:
@@ -84,12 +65,12 @@ def test_a_run_that_ended_while_the_daemon_was_stopped_is_not_past_its_budget(
         owner="",
         enabled=True,
     )
-    wait_until(lambda: view(served, "job")["state"] == "scheduled", timeout=30, what="job")
+    wait_until(lambda: served.trigger("job")["state"] == "scheduled", timeout=30, what="job")
     with served.http() as c:
         resp = c.post("/triggers/job/run")
     assert resp.status_code == 202, resp.text
     run_id = resp.json()["runId"]
-    wait_until(lambda: view(served, "job")["running"] == 1, timeout=10, what="the run")
+    wait_until(lambda: served.trigger("job")["running"] == 1, timeout=10, what="the run")
     stopped_for(served, 5.0)  # the program ends meanwhile; the 3 s budget's time passes too
 
     def ended() -> dict[str, Any] | None:
@@ -99,7 +80,7 @@ def test_a_run_that_ended_while_the_daemon_was_stopped_is_not_past_its_budget(
 
     run = wait_until(ended, timeout=30, what="the run to end")
     assert (run["status"], run["errorType"]) == (RunStatus.OK, None)
-    assert view(served, "job")["consecutiveFailures"] == 0
+    assert served.trigger("job")["consecutiveFailures"] == 0
 
 
 def test_a_cron_occurrence_passed_while_the_daemon_was_stopped_is_missed_and_a_once_late(
@@ -114,7 +95,7 @@ def test_a_cron_occurrence_passed_while_the_daemon_was_stopped_is_missed_and_a_o
         owner="",
         enabled=True,
     )
-    due = wait_until(lambda: view(served, "tick")["nextFire"], timeout=30, what="tick armed")
+    due = wait_until(lambda: served.trigger("tick")["nextFire"], timeout=30, what="tick armed")
     world.put(
         "shot",
         name="shot",
@@ -124,15 +105,15 @@ def test_a_cron_occurrence_passed_while_the_daemon_was_stopped_is_missed_and_a_o
         owner="",
         enabled=True,
     )
-    wait_until(lambda: view(served, "shot")["nextFire"], timeout=30, what="shot armed")
+    wait_until(lambda: served.trigger("shot")["nextFire"], timeout=30, what="shot armed")
     # Stopped before the cron's lead (at most 2 s) and until both are well past due.
     wait_until(lambda: time.time() >= due - 3.0, timeout=20, what="the time to stop")
     assert time.time() < due - 2.0, "too slow to stop the daemon before the cron's lead"
     stopped_for(served, (due + 1 + MISSED_AFTER_S + 2.0) - time.time())
 
-    shot = wait_until(lambda: runs(served, "shot"), timeout=20, what="the once to fire late")
+    shot = wait_until(lambda: served.runs("shot"), timeout=20, what="the once to fire late")
     assert shot[0]["scheduledAt"] == pytest.approx(due + 1, abs=0.01)
-    wait_until(lambda: view(served, "tick")["nextFire"] > time.time(), timeout=10, what="re-arm")
-    assert [r for r in runs(served, "tick") if r["scheduledAt"] == pytest.approx(due)] == []
+    wait_until(lambda: served.trigger("tick")["nextFire"] > time.time(), timeout=10, what="re-arm")
+    assert [r for r in served.runs("tick") if r["scheduledAt"] == pytest.approx(due)] == []
     log = served.log.read_text(errors="replace")
     assert "skipped tick at" in log and "missed by" in log
