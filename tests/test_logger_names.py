@@ -13,6 +13,8 @@ import anyrtd
 from anyrtd import apply, firing, history, role, sync, timer
 
 PACKAGE = Path(anyrtd.__file__).parent
+ROOT = Path(__file__).resolve().parent.parent
+"""The checkout: the docs are not installed with the package."""
 
 
 @pytest.mark.parametrize("module", [apply, sync, firing, timer, history, role])
@@ -37,7 +39,7 @@ def test_only_the_wiring_logs_as_the_daemon() -> None:
 
 
 def test_the_log_line_in_the_service_docs_names_a_logger_that_writes_it() -> None:
-    docs = (PACKAGE.parent / "docs" / "service.md").read_text()
+    docs = (ROOT / "docs" / "service.md").read_text()
     line = next(ln for ln in docs.splitlines() if " INFO anyrtd." in ln and "firing " in ln)
     logger = line.split(" INFO ", 1)[1].split(":", 1)[0]
     assert logger == firing.log.name
