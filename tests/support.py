@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -180,3 +181,9 @@ class World:
     def run_devices(self, trigger_id: str) -> list[str]:
         """The `device` of each `agent_runs` record of the trigger."""
         return [str(r.get("device")) for r in self.runs(trigger_id)]
+
+
+def sigint_default() -> None:
+    """Give a child the default SIGINT (a `preexec_fn`): a runner that starts the tests in the
+    background ignores SIGINT, and a child inherits that, so Ctrl-C would never reach it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

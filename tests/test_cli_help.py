@@ -23,7 +23,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from conftest import DevserverProcess, anyrtd_command
 from control_support import ServeProcess
-from support import wait_until
+from support import sigint_default, wait_until
 
 from anyrtd.client import ServerClient
 from anyrtd.places import resolve_places
@@ -118,6 +118,7 @@ def on_terminal(stack: Stack, args: list[str], answer: str | None) -> tuple[int,
         stderr=slave,
         env=stack.env,
         start_new_session=True,
+        preexec_fn=sigint_default,
     )
     os.close(slave)
     seen = b""
@@ -526,6 +527,7 @@ def test_watch_prints_successive_tables_until_ctrl_c(stack: Stack) -> None:
         text=True,
         env=stack.env,
         start_new_session=True,
+        preexec_fn=sigint_default,
     )
     assert proc.stdout is not None
     heads = 0
@@ -558,6 +560,7 @@ def test_watch_redraws_in_place_on_a_terminal(stack: Stack) -> None:
         stderr=slave,
         env=stack.env,
         start_new_session=True,
+        preexec_fn=sigint_default,
     )
     os.close(slave)
     seen = b""
