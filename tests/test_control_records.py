@@ -107,6 +107,13 @@ def test_a_standing_built_in_is_listed_as_it_runs_and_only_its_enabled_changes(
 ) -> None:
     one, two = pair.one, pair.two
     wait_until(lambda: listed(one, "rollup"), timeout=30, what="rollup armed on the active one")
+    # The takeover writes the code-owned fields (and the owner) through the outbox: an edit
+    # before they land would be overwritten by them, and the record below would move.
+    wait_until(
+        lambda: (pair.record("rollup") or {}).get("owner") == peer(one),
+        timeout=30,
+        what="the active one's takeover stamp on rollup's record",
+    )
     # A record edited behind anyrtd's back (as `triggers edit` could before): what runs is
     # the code's schedule, and that is what both devices list.
     put_triggers(pair.server.url, {"rollup": {"spec": {"cron": "* * * * *"}}})
