@@ -187,3 +187,19 @@ def sigint_default() -> None:
     """Give a child the default SIGINT (a `preexec_fn`): a runner that starts the tests in the
     background ignores SIGINT, and a child inherits that, so Ctrl-C would never reach it."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def replica_runs(urls: list[str]) -> list[dict[str, Any]]:
+    """Return every `agent_runs` record on any of the replicas at `urls`, once each (a run is
+    on its device's replica first)."""
+
+    async def go() -> list[dict[str, Any]]:
+        found: dict[str, dict[str, Any]] = {}
+        for url in urls:
+            async with ServerClient(url) as client:
+                places = await resolve_places(client, "bao")
+                for run in await client.query_all(places.runs):
+                    found[str(run.get("runId") or run["id"])] = run
+        return list(found.values())
+
+    return asyncio.run(go())

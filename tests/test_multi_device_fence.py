@@ -4,7 +4,6 @@ holder of the role is partitioned, and the role moves three times (docs/election
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import time
 from collections import Counter
@@ -16,10 +15,7 @@ import httpx
 import pytest
 from conftest import DevserverProcess
 from control_support import LISTENING, ServeProcess
-from support import put_triggers, wait_until
-
-from anyrtd.client import ServerClient
-from anyrtd.places import resolve_places
+from support import put_triggers, replica_runs, wait_until
 
 TICK = 1.0
 PROGRAM = "test:ok@v1"
@@ -88,24 +84,6 @@ def winner(server: DevserverProcess) -> int:
     return server.peers.index(active) if active in server.peers else -1
 
 
-def all_runs(server: DevserverProcess) -> list[dict[str, Any]]:
-    """Return every `agent_runs` record on any replica (a run is on its device's first)."""
-
-    async def go() -> list[dict[str, Any]]:
-        found: dict[str, dict[str, Any]] = {}
-        for url in server.urls:
-            client = ServerClient(url)
-            try:
-                places = await resolve_places(client, "bao")
-                for run in await client.query_all(places.runs):
-                    found[str(run.get("runId") or run["id"])] = run
-            finally:
-                await client.aclose()
-        return list(found.values())
-
-    return asyncio.run(go())
-
-
 def once(rid: str) -> dict[str, Any]:
     return {"name": rid, "kind": "once", "spec": {"at": time.time()}, "program": PROGRAM}
 
@@ -167,7 +145,7 @@ def test_each_unassigned_once_fires_once_while_replication_lags_and_the_role_mov
     write(3)
 
     def fired() -> bool:
-        seen = {r.get("triggerId") for r in all_runs(server)}
+        seen = {r.get("triggerId") for r in replica_runs(server.urls)}
         return all(rid in seen for rid in ids)
 
     wait_until(fired, timeout=90, interval=0.5, what="every once to fire")
@@ -182,7 +160,7 @@ def test_each_unassigned_once_fires_once_while_replication_lags_and_the_role_mov
             interval=0.2,
             what="three ticks after the sync",
         )
-    runs = all_runs(server)
+    runs = replica_runs(server.urls)
     per = Counter(r.get("triggerId") for r in runs)
     assert len(ids) == 27
     assert [rid for rid in ids if per[rid] != 1] == [], {rid: per[rid] for rid in ids}

@@ -5,21 +5,16 @@ replication lag, not at `takeover_hold_s`, and nothing fires twice (docs/electio
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 from conftest import DevserverProcess
 from control_support import ServeProcess
-from support import put_triggers, wait_until
-
-from anyrtd.client import ServerClient
-from anyrtd.places import resolve_places
+from support import put_triggers, replica_runs, wait_until
 
 pytestmark = pytest.mark.process
 
@@ -66,24 +61,6 @@ def activate(url: str) -> None:
         http.post("/v1/devices/activate", json={"app": "bao"}).raise_for_status()
 
 
-def all_runs(server: DevserverProcess) -> list[dict[str, Any]]:
-    """Return every `agent_runs` record on either replica."""
-
-    async def go() -> list[dict[str, Any]]:
-        found: dict[str, dict[str, Any]] = {}
-        for url in server.urls:
-            client = ServerClient(url)
-            try:
-                places = await resolve_places(client, "bao")
-                for run in await client.query_all(places.runs):
-                    found[str(run.get("runId") or run["id"])] = run
-            finally:
-                await client.aclose()
-        return list(found.values())
-
-    return asyncio.run(go())
-
-
 def test_claims_resume_soon_after_a_role_that_flapped_faster_than_the_poll_settles(
     pair: tuple[DevserverProcess, list[ServeProcess]],
 ) -> None:
@@ -110,7 +87,7 @@ def test_claims_resume_soon_after_a_role_that_flapped_faster_than_the_poll_settl
     )
 
     def fired() -> bool:
-        seen = {r.get("triggerId") for r in all_runs(server)}
+        seen = {r.get("triggerId") for r in replica_runs(server.urls)}
         return all(rid in seen for rid in ids)
 
     wait_until(fired, timeout=SETTLED_WITHIN_S, interval=0.5, what="every once to fire")
@@ -126,5 +103,5 @@ def test_claims_resume_soon_after_a_role_that_flapped_faster_than_the_poll_settl
                 return float(client.get("/healthz").json().get("lastTickAt") or 0) > synced + 3
 
         wait_until(ticked, timeout=30, interval=0.2, what="three ticks after the sync")
-    per = Counter(r.get("triggerId") for r in all_runs(server))
+    per = Counter(r.get("triggerId") for r in replica_runs(server.urls))
     assert {rid: per[rid] for rid in ids if per[rid] != 1} == {}
