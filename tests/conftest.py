@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
@@ -26,6 +26,9 @@ from fleet import Fleet, Node
 from support import World
 
 from anyrtd.devserver import DevServer, start_devserver
+
+if TYPE_CHECKING:  # control_support imports this module
+    from control_support import ServeProcess
 from anyrtd.mirror import AsyncMirror, Mirror
 
 DEVSERVER_LINE = re.compile(r"^anyrtd devserver: device (\d+) (\S+) (http://\S+)$")
@@ -257,6 +260,26 @@ async def h_process(devserver: DevserverProcess, tmp_path: Path) -> AsyncIterato
 # --- records and mirror --------------------------------------------------------------------
 # `world`: the trigger and run records of `devserver`, read and written as a user would
 # (tests/support.py's `World`). `mirror`: a fresh `AsyncMirror` at the schema head.
+
+
+@pytest.fixture
+def serve_on(devserver: DevserverProcess, tmp_path: Path) -> Iterator[Callable[..., ServeProcess]]:
+    """Make `anyrtd serve` on the `devserver` with a module's config lines (its programs),
+    started unless `started=False`; each one made is stopped at teardown."""
+    from control_support import ServeProcess
+
+    made: list[ServeProcess] = []
+
+    def make(config_lines: tuple[str, ...], *, started: bool = True) -> ServeProcess:
+        proc = ServeProcess(tmp_path, devserver.url, config_lines=config_lines)
+        made.append(proc)
+        return proc.start() if started else proc
+
+    try:
+        yield make
+    finally:
+        for proc in made:
+            proc.stop()
 
 
 @pytest.fixture

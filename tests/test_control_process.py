@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import stat
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -22,12 +22,8 @@ ECHO = (
 
 
 @pytest.fixture
-def served(devserver: DevserverProcess, tmp_path: Path) -> Iterator[ServeProcess]:
-    proc = ServeProcess(tmp_path, devserver.url, config_lines=ECHO)
-    try:
-        yield proc.start()
-    finally:
-        proc.stop()
+def served(serve_on: Callable[..., ServeProcess]) -> ServeProcess:
+    return serve_on(ECHO)
 
 
 def adopted(served: ServeProcess, rid: str) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import signal
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,12 +43,8 @@ def fired(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def serve(devserver: DevserverProcess, tmp_path: Path, fired: Path) -> Iterator[ServeProcess]:
-    proc = ServeProcess(tmp_path, devserver.url, config_lines=PROGRAMS)
-    try:
-        yield proc.start()
-    finally:
-        proc.stop()
+def serve(serve_on: Callable[..., ServeProcess], fired: Path) -> ServeProcess:
+    return serve_on(PROGRAMS)
 
 
 def fires_of(fired: Path, tid: str) -> int:

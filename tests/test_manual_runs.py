@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import DevserverProcess
 from control_support import ServeProcess
 from support import World, wait_until
 
@@ -30,12 +28,8 @@ PROGRAMS = (
 
 
 @pytest.fixture
-def served(devserver: DevserverProcess, tmp_path: Path) -> Iterator[ServeProcess]:
-    proc = ServeProcess(tmp_path, devserver.url, config_lines=PROGRAMS)
-    try:
-        yield proc.start()
-    finally:
-        proc.stop()
+def served(serve_on: Callable[..., ServeProcess]) -> ServeProcess:
+    return serve_on(PROGRAMS)
 
 
 def run_now_to_its_end(served: ServeProcess, rid: str) -> dict[str, Any]:

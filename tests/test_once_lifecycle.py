@@ -15,9 +15,8 @@ import re
 import sqlite3
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from datetime import datetime
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -81,12 +80,8 @@ def world(devserver: DevserverProcess) -> World:
 
 
 @pytest.fixture
-def serve(devserver: DevserverProcess, tmp_path: Path) -> Iterator[ServeProcess]:
-    proc = ServeProcess(tmp_path, devserver.url, config_lines=MARK)
-    try:
-        yield proc.start()
-    finally:
-        proc.stop()
+def serve(serve_on: Callable[..., ServeProcess]) -> ServeProcess:
+    return serve_on(MARK)
 
 
 def anyrtd(serve: ServeProcess, *args: str) -> str:

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
-from conftest import DevserverProcess
 from control_support import ServeProcess
 from support import World, wait_until
 
@@ -25,12 +23,8 @@ SLEEPY = (
 
 
 @pytest.fixture
-def served(devserver: DevserverProcess, tmp_path: Path) -> Iterator[ServeProcess]:
-    proc = ServeProcess(tmp_path, devserver.url, config_lines=SLEEPY)
-    try:
-        yield proc.start()
-    finally:
-        proc.stop()
+def served(serve_on: Callable[..., ServeProcess]) -> ServeProcess:
+    return serve_on(SLEEPY)
 
 
 def test_a_cron_edited_while_it_runs_fires_again_after_that_run(

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -23,12 +22,8 @@ PROGRAMS = (
 
 
 @pytest.fixture
-def served(devserver: DevserverProcess, tmp_path: Path) -> Iterator[ServeProcess]:
-    proc = ServeProcess(tmp_path, devserver.url, config_lines=PROGRAMS)
-    try:
-        yield proc.start()
-    finally:
-        proc.stop()
+def served(serve_on: Callable[..., ServeProcess]) -> ServeProcess:
+    return serve_on(PROGRAMS)
 
 
 def test_a_lone_surrogate_in_a_result_reaches_the_server_replaced(

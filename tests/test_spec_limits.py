@@ -8,8 +8,7 @@ import asyncio
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -34,12 +33,8 @@ HUGE_LIST = ",".join(["1"] * 60_000) + " * * * *"
 
 
 @pytest.fixture
-def served(devserver: DevserverProcess, tmp_path: Path) -> Iterator[ServeProcess]:
-    proc = ServeProcess(tmp_path, devserver.url, config_lines=ECHO)
-    try:
-        yield proc.start()
-    finally:
-        proc.stop()
+def served(serve_on: Callable[..., ServeProcess]) -> ServeProcess:
+    return serve_on(ECHO)
 
 
 def record(url: str, rid: str) -> dict[str, Any] | None:

@@ -7,12 +7,10 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import DevserverProcess
 from control_support import ServeProcess
 from support import World, wait_until
 
@@ -32,14 +30,8 @@ PROGRAMS = (
 
 
 @pytest.fixture
-def served(devserver: DevserverProcess, tmp_path: Path) -> Iterator[ServeProcess]:
-    proc = ServeProcess(tmp_path, devserver.url, config_lines=PROGRAMS)
-    try:
-        yield proc.start()
-    finally:
-        if proc.proc is not None:
-            os.kill(proc.proc.pid, signal.SIGCONT)
-        proc.stop()
+def served(serve_on: Callable[..., ServeProcess]) -> ServeProcess:
+    return serve_on(PROGRAMS)
 
 
 def stopped_for(served: ServeProcess, seconds: float) -> None:
