@@ -339,6 +339,7 @@ class Notices:
                 errors.append(f"{channel}: {exc}")
         attempts = row.attempts + 1
         error = "; ".join(errors) or None
+        wait = min(RETRY_MAX_S, 2.0 ** (attempts - 1))
         if left and attempts > self.settings.retries:
             log.error(
                 "notice %s not delivered after %d tries, given up: %s",
@@ -348,7 +349,6 @@ class Notices:
             )
             left = []
         elif left:
-            wait = min(RETRY_MAX_S, 2.0 ** (attempts - 1))
             log.warning(
                 "notice %s not delivered (try %d of %d), again in %gs: %s",
                 printable(row.key),
@@ -365,7 +365,7 @@ class Notices:
             notice=row.notice,
             pending=tuple(left),
             attempts=attempts,
-            next_try_at=now + min(RETRY_MAX_S, 2.0 ** (attempts - 1)) if left else None,
+            next_try_at=now + wait if left else None,
             last_error=error,
         )
         await db.call(lambda m: m.save_notice(done))
