@@ -209,7 +209,7 @@ class Daemon:
         self._reconciled_as = (snap.meta.get("verdict"), snap.meta.get("peer_id"))
         # Before anything fires: discard what a crash left prepared, close what it left running.
         left = await self.db_call(Mirror.open_runs)
-        left = await self.timer.discard_prepared(left, snap.entries, snap.last_fired, now)
+        left = await self.timer.settle_open(left, snap.entries, snap.last_fired, now)
         self.sync_stage.restore(snap.meta, snap.tombstones)
         await self.sync_stage.load(db)
         self.apply.restore(snap.entries, now, snap.last_fired)

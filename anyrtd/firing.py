@@ -1,16 +1,17 @@
 """Firing: prepare a durable run, start its program, record its outcome.
 
-A run is prepared in the step's unit of work (the run row as `running`, a `once` as
-consumed), committed, and only then started: a crash never fires a `once` twice, and a run
-a crash left `running` is closed as `interrupted` at the next start
-(`close_interrupted`). A fire whose preparation cannot be committed (the disk is full) did
-not happen: its writes are dropped, the entries it touched are put back as they were, and
-it is tried again (`retry_wait_s` spaces the tries) until the mirror takes it: late, not lost.
-A batch may be prepared ahead of its due time (`prepare_batch` with a due time after now;
-the timer, `anyrtd/timer.py`, decides when and starts it at its due time).
+The states a run passes through, and what each transition writes, are
+`anyrtd/lifecycle.py`'s; this stage drives them. A batch is prepared in a fire's own unit
+of work (`Unit.fire`) and committed before any of its programs starts; a crash never fires
+a `once` twice, and a run a crash left open is settled at the next start
+(`lifecycle.settle_at_open`, `close_interrupted`). A fire whose preparation cannot be
+committed (the disk is full) did not happen: the entries it touched are put back as they
+were, and it is tried again (`retry_wait_s` spaces the tries) until the mirror takes it:
+late, not lost. A batch may be prepared ahead of its due time (`prepare_batch` with a due
+time after now; the timer, `anyrtd/timer.py`, decides when and starts it at its due time).
 The record's `startedAt` is the moment the program really started, noted by the runner;
-the fire lag is measured to it. The outcome goes to the mirror, and
-the run record and the trigger's rollup to the outbox.
+the fire lag is measured to it. The outcome goes to the mirror, and the run record and the
+trigger's rollup to the outbox.
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ import logging
 import operator
 import os
 import time
-import uuid
 from collections.abc import Callable, Coroutine, Iterable
 from pathlib import Path
 from typing import Any
 
+from anyrtd import lifecycle
 from anyrtd.clock import Clock
 from anyrtd.events import ChatMessage
 from anyrtd.heap import gc_paused
@@ -40,9 +41,9 @@ from anyrtd.registry import Entry, Registry
 from anyrtd.rows import EntryRow, RunRow
 from anyrtd.runner import Runner
 from anyrtd.runner.process import kill_group, leftover_group, process_start, run_groups
-from anyrtd.runs import BREAKER_STATUSES, duration_ms, rollup
-from anyrtd.unit import Apart, CommitFailed, Unit
-from anyrtd.vocab import Kind, RollupField, RunStatus, Verdict
+from anyrtd.runs import BREAKER_STATUSES
+from anyrtd.unit import CommitFailed, Unit, Writes
+from anyrtd.vocab import Kind, RunState, Verdict
 
 log = logging.getLogger("anyrtd.firing")
 
@@ -106,11 +107,6 @@ class TooManyRuns(Exception):
 
 Start = tuple[Entry, RunRow, dict[str, Any]]
 """A prepared run: the entry it fires, its open row, and the program's args."""
-
-
-def new_run_id() -> str:
-    """Return a fresh run id."""
-    return uuid.uuid4().hex
 
 
 START_JOURNAL_FILE = "anyrtd.starts"
@@ -261,15 +257,12 @@ class Firing:
             self.journal.close()
 
     def take_back(self, start: Start, undo: Undo) -> None:
-        """Take back a prepared run that never started (its trigger changed, or the timer
-        cancels its batch): its run row and its deferred writes dropped, its entry put back as
-        it was before the prepare, its fire uncounted."""
+        """Cancel a prepared run that never started (its trigger changed, or the timer
+        cancels its batch): its entry put back as it was before the prepare, its row deleted
+        (`lifecycle.cancel`), its fire uncounted."""
         entry, row, _ = start
-        self.unit.drop_run(row.run_id)
-        if entry.defn.kind == Kind.ONCE and row.prepared_for is not None:
-            self.unit.drop_deferred(entry.id, row.prepared_for)
         undo.take_back_one(entry.id, self.registry)
-        self.unit.save(entry.row)
+        lifecycle.cancel(self.unit, entry, row)
         self.stats.fires -= 1
 
     async def prepare_batch(
@@ -277,10 +270,9 @@ class Firing:
     ) -> tuple[list[Start], Undo] | None:
         """Prepare every entry due at or before `due` and commit the batch in one
         transaction; return its runs and what takes them back (None: nothing due, or the
-        commit failed and the batch was taken back). Its runs wait for their start
-        (`RunRow.prepared_for`: `due`, or `now` for a batch already late), a `once`'s
-        consumption is deferred in the outbox until the start is noted, and nothing is laid over
-        the cache yet (`Timer.start`, `note_started`). `held_up`: as `prepare` takes it.
+        commit failed and the batch was taken back). Its runs are `prepared`, to start at
+        `due` (or `now` for a batch already late); nothing else is written until their starts
+        are noted (`Timer.start`, `note_started`). `held_up`: as `prepare` takes it.
 
         The garbage collector waits while a batch is prepared: a full collection in the
         middle of a burst would hold up every program after it.
@@ -289,14 +281,19 @@ class Firing:
         if not popped:
             return None
         undo = Undo.of([entry for entry, _ in popped], self.registry)
-        with gc_paused(), self.unit.apart() as apart:
+        fire = self.unit.fire()
+        with gc_paused():
             starts = [
                 s
                 for entry, at in popped
-                if (s := self.prepare(entry, at, now, device, verdict, ahead=True, held_up=held_up))
+                if (
+                    s := self.prepare(
+                        fire, entry, at, now, device, verdict, ahead=True, held_up=held_up
+                    )
+                )
                 is not None
             ]
-        if not await self._made_durable(apart, now, undo, len(starts)):
+        if not await self._made_durable(fire, now, undo, len(starts)):
             return None
         return starts, undo
 
@@ -330,11 +327,11 @@ class Firing:
             return 0.0
         return max(0.0, self._retry_at - self.clock.monotonic())
 
-    async def _made_durable(self, apart: Apart, now: float, undo: Undo, prepared: int) -> bool:
+    async def _made_durable(self, fire: Writes, now: float, undo: Undo, prepared: int) -> bool:
         """Commit a fire's preparation; on failure take it back and space the next try."""
         began = time.perf_counter()
         try:
-            await self.unit.commit_apart(apart, now)
+            await self.unit.commit_fire(fire, now)
         except CommitFailed:
             undo.take_back(self.registry, self.stats, prepared)
             self._retry_s = min(RETRY_MAX_S, self._retry_s * 2 or RETRY_FIRST_S)
@@ -362,12 +359,12 @@ class Firing:
         try:
             now = self.clock.now()
             undo = Undo.of([entry], self.registry)
-            with self.unit.apart() as apart:
-                start = self.prepare(entry, None, now, device, verdict)
+            fire = self.unit.fire()
+            start = self.prepare(fire, entry, None, now, device, verdict)
             if start is None:
                 return None
             try:
-                await self.unit.commit_apart(apart, now)
+                await self.unit.commit_fire(fire, now)
             except CommitFailed as exc:
                 undo.take_back(self.registry, self.stats, 1)
                 raise NotDurable(trigger_id, exc) from exc
@@ -394,14 +391,14 @@ class Firing:
         # The run serves the message: its scheduledAt is the message's createdAt.
         at = message.created_at if message.created_at is not None else now
         undo = Undo.of([entry], self.registry)
-        with self.unit.apart() as apart:
-            start = self.prepare(entry, at, now, device, verdict)
+        fire = self.unit.fire()
+        start = self.prepare(fire, entry, at, now, device, verdict)
         if start is None:
             return None
         _, row, args = start
         args["event"] = message.payload()
         try:
-            await self.unit.commit_apart(apart, now)
+            await self.unit.commit_fire(fire, now)
         except CommitFailed:
             undo.take_back(self.registry, self.stats, 1)
             log.warning(
@@ -414,6 +411,7 @@ class Firing:
 
     def prepare(
         self,
+        w: Writes,
         entry: Entry,
         due: float | None,
         now: float,
@@ -423,14 +421,14 @@ class Firing:
         ahead: bool = False,
         held_up: float = 0.0,
     ) -> Start | None:
-        """Queue the run of `entry` due at `due` (None: by hand) in the unit of work; re-arm
-        a cron, consume a once. Return None when it does not run.
+        """Make the run of `entry` due at `due` (None: by hand) in the fire's unit of work
+        `w`, and re-arm a cron in the registry; return it, or None when it does not run.
 
-        `ahead`: prepared in a batch (`prepare_batch`), the run waits for its start, at its
-        due time or at once when late (`prepared_for`: the later of `due` and `now`). A
-        cron's overlap is then judged when it starts; a `once` is consumed in the mirror and
-        in a write deferred until its start is noted, while the entry in memory stays
-        unconsumed until the start.
+        `ahead`: prepared in a batch (`prepare_batch`), the run is `prepared`
+        (`lifecycle.prepare`) and waits for its start, at its due time or at once when
+        late; a cron's overlap is then judged when it starts, and the entry's re-arm and a
+        `once`'s consumption are written when the start is noted (`note_started`). Else the
+        run is `running` at once (`lifecycle.begin`: by hand, or an event's).
 
         `held_up`: how long the timer was held up before it came to this (the daemon was
         stopped): a cron occurrence that passed more than `MISSED_AFTER_S` ago meanwhile
@@ -447,11 +445,12 @@ class Firing:
                 return None
             if defn.kind == Kind.CRON:
                 self.registry.arm(entry, max(now, due))
-                self.unit.save(entry.row)
                 if self.missed(entry, due, min(now - due, held_up)):
+                    lifecycle.skip(w, entry, None)
                     return None
                 if entry.running and not ahead:
                     self.overlap_skipped(entry, due)
+                    lifecycle.skip(w, entry, None)
                     return None
                 if self.registry.refire(defn.id, due):
                     log.info(
@@ -461,34 +460,17 @@ class Firing:
                         iso_time(due),
                         extra={"trigger": defn.id},
                     )
+                    lifecycle.skip(w, entry, None)
                     return None
-            elif defn.kind == Kind.ONCE and ahead:
-                # Consumed durably before the start, and on the server only once the start
-                # is noted (a cancel before it takes both back; a crash before it is told
-                # by the start journal).
-                entry.row.next_fire = None
-                self.unit.save(
-                    dataclasses.replace(entry.row, consumed=True, enabled=False, next_fire=None)
-                )
-                self.unit.defer_trigger(defn.id, consumption(max(due, now)), max(due, now))
             elif defn.kind == Kind.ONCE:
-                # Consumed durably before the program starts: a crash never fires it twice.
-                entry.row.consumed = True
-                entry.row.enabled = False
+                # Not due again; consumed when its start is noted (a cancel before it puts
+                # the entry back, a crash before it is told by the start journal).
                 entry.row.next_fire = None
-                self.unit.save(entry.row)
-                self.unit.write_trigger(defn.id, consumption(now))
         self.stats.fires += 1
-        row = RunRow(
-            run_id=new_run_id(),
-            trigger_id=defn.id,
-            program=defn.program,
-            device=device,
-            scheduled_at=due,
-            started_at=max(due, now) if ahead and due is not None else now,
-            prepared_for=max(due, now) if ahead and due is not None else None,
-        )
-        self.unit.save_run(row)
+        if ahead and due is not None:
+            row = lifecycle.prepare(w, entry, due, max(due, now), device)
+        else:
+            row = lifecycle.begin(w, entry, due, now, device)
         return entry, row, dict(defn.args)
 
     def missed(self, entry: Entry, due: float, late: float) -> bool:
@@ -519,22 +501,20 @@ class Firing:
             extra={"trigger": entry.id},
         )
 
-    def note_started(self, starts: list[Start], dropped: list[RunRow]) -> None:
-        """Note in the unit of work the runs of a prepared batch that started (their real
-        `startedAt`, no longer waiting; a `once` consumed: its deferred write released, and laid
-        over the cache) and drop those that did not."""
+    def note_started(
+        self, starts: list[Start], skipped: list[Start], gone: list[RunRow]
+    ) -> None:
+        """Note in the step's unit of work the runs of a prepared batch that started
+        (`lifecycle.note`), skip those that did not run (`lifecycle.skip`: missed, the
+        previous run still running, or this device pruned meanwhile) and delete the rows of
+        those whose entry was evicted meanwhile."""
         for entry, row, _ in starts:
-            deferred_to, row.prepared_for = row.prepared_for, None
-            self.unit.save_run(row)
-            if entry.defn.kind == Kind.ONCE and deferred_to is not None:
-                entry.row.consumed, entry.row.enabled, entry.row.next_fire = True, False, None
-                self.unit.release_deferred(entry.id, deferred_to)
-                self.records.write(entry.id, consumption(deferred_to))
-        for row in dropped:
+            lifecycle.note(self.unit, entry, row)
+        for entry, row, _ in skipped:
+            lifecycle.skip(self.unit, entry, row)
+        for row in gone:
             self.unit.drop_run(row.run_id)
-            if row.trigger_id is not None and row.prepared_for is not None:
-                self.unit.drop_deferred(row.trigger_id, row.prepared_for)
-            self.stats.fires -= 1
+        self.stats.fires -= len(skipped) + len(gone)
 
     def spawn(self, entry: Entry, row: RunRow, args: dict[str, Any]) -> asyncio.Task[None]:
         """Start a prepared run's program; return its task."""
@@ -555,7 +535,7 @@ class Firing:
         )
 
     def _on_start(self, row: RunRow) -> Callable[[float], None]:
-        journal = self.journal if row.prepared_for is not None else None
+        journal = self.journal if row.state == RunState.PREPARED else None
         return lambda at: self._started(row, at, journal)
 
     def _log_firing(self, entry: Entry, row: RunRow) -> None:
@@ -614,7 +594,7 @@ class Firing:
                     exc,
                     extra={"trigger": row.trigger_id, "run": row.run_id},
                 )
-        row.started_at = at
+        lifecycle.started(row, at)
         if row.scheduled_at is not None:
             self.stats.fire_lag.observe(max(0.0, at - row.scheduled_at))
 
@@ -650,17 +630,7 @@ class Firing:
             *(self._stop_leftover(row, unkept.get(row.run_id, set())) for row in rows)
         )
         for row, note in zip(rows, notes, strict=True):
-            outcome = RunOutcome(
-                status=RunStatus.INTERRUPTED,
-                error_type=None,
-                error="the daemon stopped while the run was in flight",
-                started_at=row.started_at,
-                ended_at=max(now, row.started_at),
-                duration_ms=duration_ms(row.started_at, now),
-                result={},
-                output=_with_line(row.output, note),
-                output_dropped=row.output_dropped,
-            )
+            outcome = lifecycle.interrupted(row, now, note)
             log.warning(
                 "run %s of %s was left running by a crash: closed as interrupted",
                 row.run_id,
@@ -700,54 +670,21 @@ class Firing:
         )
 
     def record_outcome(self, row: RunRow, outcome: RunOutcome, entry: Entry | None) -> None:
-        """Close a run: its summary in the mirror, its record and the rollup in the outbox."""
-        row.status = outcome.status
-        row.started_at = outcome.started_at
-        row.ended_at = outcome.ended_at
-        row.duration_ms = outcome.duration_ms
-        row.error_type = outcome.error_type
-        row.error = outcome.error
-        row.result = dict(outcome.result)
-        row.output = outcome.output
-        row.output_dropped = outcome.output_dropped
-        self.unit.save_run(row)
-        self.unit.send_run(row)
-        self.stats.runs_finished[outcome.status] += 1
-        if row.trigger_id is None:
-            return
+        """Close a run (`lifecycle.end`) in the step's unit of work: its summary in the
+        mirror, its record and the rollup in the outbox."""
         defn = entry.defn if entry is not None else None
-        if defn is None and isinstance(
-            parsed := self.records.parsed.get(row.trigger_id), TriggerDef
-        ):
-            defn = parsed
-        if entry is not None:
-            before = (entry.row.consecutive_failures, entry.row.run_count)
-        elif defn is not None:
-            before = (defn.rollup.consecutive_failures, defn.rollup.run_count)
-        else:
-            before = (0, 0)
-        write = rollup(
-            row,
-            failures=before[0],
-            run_count=before[1],
-            limit=defn.max_consecutive_failures if defn is not None else 0,
-            armed=entry is not None and entry.row.enabled,
-            kind=defn.kind if defn is not None else None,
-        )
-        if entry is not None:
-            entry.row.consecutive_failures = write.failures
-            entry.row.run_count = write.run_count
-            if write.tripped:
-                entry.row.enabled = False
-                entry.row.next_fire = None
-                log.error(
-                    "%s auto-disabled after %d consecutive failures",
-                    row.trigger_id,
-                    write.failures,
-                    extra={"trigger": row.trigger_id, "run": row.run_id},
-                )
-            self.unit.save(entry.row)
-        self.unit.write_trigger(row.trigger_id, write.fields)
+        if defn is None and row.trigger_id is not None:
+            parsed = self.records.parsed.get(row.trigger_id)
+            defn = parsed if isinstance(parsed, TriggerDef) else None
+        write = lifecycle.end(self.unit, row, outcome, entry, defn)
+        self.stats.runs_finished[outcome.status] += 1
+        if write is not None and write.tripped and entry is not None:
+            log.error(
+                "%s auto-disabled after %d consecutive failures",
+                row.trigger_id,
+                write.failures,
+                extra={"trigger": row.trigger_id, "run": row.run_id},
+            )
 
 
 @dataclasses.dataclass(slots=True)
@@ -793,21 +730,9 @@ class Undo:
         return entry
 
 
-def consumption(at: float) -> dict[str, Any]:
-    """Return the fields that consume a `once` fired at `at`."""
-    return {"enabled": False, RollupField.LAST_RUN_AT: at}
-
-
 _ENTRY_FIELDS = tuple(f.name for f in dataclasses.fields(EntryRow))
 _row_values = operator.attrgetter(*_ENTRY_FIELDS)
 """An entry row's values, in `_ENTRY_FIELDS` order (a copy costs about 6 µs, this 0.4)."""
-
-
-def _with_line(output: str, line: str) -> str:
-    """Return `output` with `line` added on a line of its own."""
-    if line and output and not output.endswith("\n"):
-        return f"{output}\n{line}"
-    return output + line
 
 
 __all__ = [
@@ -821,6 +746,4 @@ __all__ = [
     "StartJournal",
     "TooManyRuns",
     "Undo",
-    "consumption",
-    "new_run_id",
 ]

@@ -65,7 +65,7 @@ from anyrtd.mirror_guard import (
     write_marker,
 )
 from anyrtd.rows import Batch, EntryRow, NoticeRow, OutboxItem, RunRow, SetAside
-from anyrtd.vocab import RunStatus
+from anyrtd.vocab import OPEN_STATES, RunState
 
 if TYPE_CHECKING:
     from alembic.config import Config as AlembicConfig
@@ -130,7 +130,7 @@ runs_table = Table(
     Column("output_dropped", Integer, nullable=False, server_default="0"),
     Column("process_group", Integer),
     Column("process_start", Text),
-    Column("prepared_for", Float),
+    Column("state", Text, nullable=False, server_default=RunState.ENDED.value),
     Index("runs_trigger_started", "trigger_id", "started_at"),
     Index("runs_status", "status"),
     Index("runs_started", "started_at"),
@@ -147,7 +147,6 @@ outbox_table = Table(
     Column("attempts", Integer, nullable=False, server_default="0"),
     Column("last_error", Text),
     Column("set_aside_at", Float),
-    Column("not_before", Float),  # deferred to the fire due then (`Batch.deferred`); NULL: to send
     Column("if_version", Integer),
 )
 tombstones_table = Table(
@@ -199,7 +198,7 @@ def _dumps(value: Any) -> str:
     return _ENCODER.encode(value)
 
 
-SCHEMA_HEAD = "0005"
+SCHEMA_HEAD = "0006"
 """The schema revision this code works on: the head of migrations/ (a test holds them
 equal). A start whose mirror is at it reads the revision without loading Alembic, which
 costs the start about 0.2 s of imports; anything else (a new mirror, an upgrade, a mirror
@@ -482,7 +481,7 @@ class Mirror:
 
     def open_runs(self) -> list[RunRow]:
         with self.engine.connect() as conn:
-            rows = conn.execute(select(runs_table).where(runs_table.c.status == RunStatus.RUNNING))
+            rows = conn.execute(select(runs_table).where(runs_table.c.state.in_(OPEN_STATES)))
             return [_run(r) for r in rows]
 
     def runs(
@@ -490,7 +489,7 @@ class Mirror:
     ) -> list[RunRow]:
         """Return the newest runs, optionally of one trigger and/or one status (a run prepared
         ahead of its due time is not one until its program starts)."""
-        q = select(runs_table).where(runs_table.c.prepared_for.is_(None))
+        q = select(runs_table).where(runs_table.c.state != RunState.PREPARED)
         q = q.order_by(runs_table.c.started_at.desc()).limit(limit)
         if trigger_id is not None:
             q = q.where(runs_table.c.trigger_id == trigger_id)
@@ -507,14 +506,14 @@ class Mirror:
     def run_counts(self, since: float | None = None) -> dict[str, int]:
         """Return the number of runs by status (started at or after `since`)."""
         q = select(runs_table.c.status, func.count()).group_by(runs_table.c.status)
+        q = q.where(runs_table.c.state != RunState.PREPARED)
         if since is not None:
             q = q.where(runs_table.c.started_at >= since)
         with self.engine.connect() as conn:
             return {str(s): int(n) for s, n in conn.execute(q)}
 
     def outbox_pending(self, limit: int = 500) -> list[OutboxItem]:
-        """Return the oldest writes still to send, in order; set-aside ones are not sent, nor
-        those deferred to a fire that has not started (`Batch.deferred`).
+        """Return the oldest writes still to send, in order; set-aside ones are not sent.
 
         A row whose stored text no longer decodes (a damaged mirror) is set aside here, so
         that it cannot stop the writes behind it.
@@ -578,9 +577,8 @@ class Mirror:
             trimmed = _trim_runs(conn, self._trim_due, kept) if kept and self._trim_due else ()
         if kept:
             self._count_ended(batch, kept, trimmed)
-        if batch.outbox or batch.deferred:
+        if batch.outbox:
             self.outbox_queued += 1
-        if batch.touches_outbox:
             self.outbox_changes += 1
         if self._unmarked and self.mirror_id is not None:
             self._mark()
@@ -593,7 +591,7 @@ class Mirror:
         slack = trim_slack(kept)
         for run in batch.runs:
             of = run.trigger_id
-            if of is None or run.status == RunStatus.RUNNING:
+            if of is None or run.state != RunState.ENDED:
                 continue
             ended = self._ended[of] = self._ended.get(of, 0) + 1
             if ended >= slack:
@@ -687,7 +685,7 @@ class Mirror:
         with self.engine.begin() as conn:
             result = conn.execute(
                 delete(runs_table).where(
-                    runs_table.c.started_at < before, runs_table.c.status != RunStatus.RUNNING
+                    runs_table.c.started_at < before, runs_table.c.state == RunState.ENDED
                 )
             )
         return int(result.rowcount or 0)
@@ -716,11 +714,11 @@ _UPSERT_ENTRY = _upsert_sql(entries_table, "trigger_id")
 _UPSERT_RUN = _upsert_sql(runs_table, "run_id")
 _INSERT_OUTBOX = (
     "INSERT INTO outbox (dataset, record_id, fields, unset, created_at, attempts, last_error, "
-    "set_aside_at, not_before, if_version) VALUES (?, ?, ?, ?, ?, 0, NULL, NULL, ?, ?)"
+    "set_aside_at, if_version) VALUES (?, ?, ?, ?, ?, 0, NULL, NULL, ?)"
 )
 _PENDING_OUTBOX = (
     "SELECT seq, dataset, record_id, fields, unset, attempts, if_version FROM outbox "
-    "WHERE set_aside_at IS NULL AND not_before IS NULL ORDER BY seq LIMIT ?"
+    "WHERE set_aside_at IS NULL ORDER BY seq LIMIT ?"
 )
 _INSERT_TOMBSTONE = (
     "INSERT INTO tombstones (id, deleted_at) VALUES (?, ?) ON CONFLICT (id) DO NOTHING"
@@ -751,33 +749,11 @@ def _write_batch(conn: Connection, batch: Batch, now: float) -> None:
         conn.exec_driver_sql(_UPSERT_RUN, [_run_values(r) for r in runs])
     for chunk in _chunks(batch.drop_runs, 500):
         conn.execute(delete(runs_table).where(runs_table.c.run_id.in_(chunk)))
-    c = outbox_table.c
-    for rid, deferred_to in batch.drop_deferred:
-        conn.execute(delete(outbox_table).where(c.record_id == rid, c.not_before == deferred_to))
-    if batch.outbox or batch.deferred:
+    if batch.outbox:
         conn.exec_driver_sql(
             _INSERT_OUTBOX,
-            [
-                *(
-                    (d, i, _dumps(f), _dumps(list(u)), now, None, v)
-                    for d, i, f, u, v in batch.outbox
-                ),
-                *(
-                    (d, i, _dumps(f), _dumps(list(u)), now, t, None)
-                    for d, i, f, u, t in batch.deferred
-                ),
-            ],
+            [(d, i, _dumps(f), _dumps(list(u)), now, v) for d, i, f, u, v in batch.outbox],
         )
-    # After the inserts: a deferred write and its release may come in one batch.
-    by_due: dict[float, list[str]] = {}
-    for rid, due in batch.release_deferred:
-        by_due.setdefault(due, []).append(rid)
-    for due, rids in by_due.items():
-        for chunk in _chunks(rids, 500):
-            deferred = (c.not_before == due) & c.record_id.in_(chunk)
-            conn.execute(update(outbox_table).where(deferred).values(not_before=None))
-    if batch.release_all_deferred:
-        conn.execute(update(outbox_table).where(c.not_before.is_not(None)).values(not_before=None))
     if batch.meta:
         conn.exec_driver_sql(_UPSERT_META, list(batch.meta.items()))
 
@@ -787,7 +763,7 @@ _NEWEST_START = (
 )
 _TRIM_RUNS = (
     "DELETE FROM runs WHERE rowid IN (SELECT rowid FROM runs WHERE trigger_id = ? "
-    "AND started_at < ? AND status != ? LIMIT ?)"
+    "AND started_at < ? AND state = ? LIMIT ?)"
 )
 
 
@@ -804,7 +780,7 @@ def _trim_runs(conn: Connection, due: Iterable[str], kept: int) -> list[str]:
         cutoff = conn.exec_driver_sql(_NEWEST_START, (tid, kept - 1)).scalar()
         deleted = 0
         if cutoff is not None:
-            result = conn.exec_driver_sql(_TRIM_RUNS, (tid, cutoff, RunStatus.RUNNING, budget))
+            result = conn.exec_driver_sql(_TRIM_RUNS, (tid, cutoff, RunState.ENDED, budget))
             deleted = int(result.rowcount or 0)
         if deleted < budget:
             done.append(tid)

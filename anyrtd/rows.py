@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from anyrtd.vocab import RunStatus
+from anyrtd.vocab import RunState, RunStatus
 
 
 class Write(NamedTuple):
@@ -49,6 +49,8 @@ class RunRow:
     device: str
     scheduled_at: float | None
     started_at: float
+    """When its program started; while `prepared`, when it is to start (its due time, or
+    the prepare's time for a batch already late)."""
     status: str = RunStatus.RUNNING
     ended_at: float | None = None
     duration_ms: int | None = None
@@ -61,8 +63,14 @@ class RunRow:
     """A command's process group while it runs, so a restart after a crash can stop it."""
     process_start: str | None = None
     """What tells that group's leader from a later process with the same id (boot and start)."""
-    prepared_for: float | None = None
-    """The due time a run prepared ahead waits for, until its program starts (then None)."""
+    state: str = ""
+    """Where the run is in its life (`RunState`; `anyrtd/lifecycle.py` moves it). Left out,
+    it follows from `status`: `running` while that is `running`, else `ended` (a run read
+    from a server record)."""
+
+    def __post_init__(self) -> None:
+        if not self.state:
+            self.state = RunState.RUNNING if self.status == RunStatus.RUNNING else RunState.ENDED
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,19 +126,8 @@ class Batch:
     tombstones: list[str] = field(default_factory=list)
     runs: list[RunRow] = field(default_factory=list)
     outbox: list[Write] = field(default_factory=list)
-    deferred: list[tuple[str, str, Mapping[str, Any], Sequence[str], float]] = field(
-        default_factory=list
-    )
-    """Writes owed to the server that wait for a fire's start (a prepared `once`'s
-    consumption), keyed by the fire's due time: sent only once released."""
     drop_runs: list[str] = field(default_factory=list)
-    """Runs prepared ahead and cancelled, or found never started: their rows go."""
-    drop_deferred: list[tuple[str, float]] = field(default_factory=list)
-    """(record id, due time) of deferred writes taken back with their fire."""
-    release_deferred: list[tuple[str, float]] = field(default_factory=list)
-    """(record id, due time) of deferred writes whose fire started: the drain sends them."""
-    release_all_deferred: bool = False
-    """Release every deferred write left (at open, once the prepared runs are settled)."""
+    """Runs cancelled before their start, or found never started at a restart: their rows go."""
     meta: dict[str, str] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
@@ -143,11 +140,7 @@ class Batch:
                 self.tombstones,
                 self.runs,
                 self.outbox,
-                self.deferred,
                 self.drop_runs,
-                self.drop_deferred,
-                self.release_deferred,
-                self.release_all_deferred,
                 self.meta,
             )
         )
@@ -155,13 +148,7 @@ class Batch:
     @property
     def touches_outbox(self) -> bool:
         """Whether committing the batch changes the outbox's rows."""
-        return bool(
-            self.outbox
-            or self.deferred
-            or self.drop_deferred
-            or self.release_deferred
-            or self.release_all_deferred
-        )
+        return bool(self.outbox)
 
     def write(
         self,

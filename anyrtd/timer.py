@@ -2,24 +2,24 @@
 
 The timer wakes a lead ahead of the next due time (the lead grows with the batch's size and
 the measured time of a prepare and its commit, within bounds), makes the batch durable in
-one transaction (`Firing.prepare_batch`: run rows, cron re-arms, a `once`'s consumption
-deferred in the outbox until its start is noted), sleeps until the due time and then starts
-every program of the batch with no disk or network work before the starts. The starts are
-noted in the mirror afterwards (the runs' `prepared_for` cleared, their real `startedAt`,
-the deferred writes released to the outbox drain), in the next commit or at most
-`NOTE_WAIT_S` later. A batch already late when the timer comes to it takes the same path
-and starts as soon as its commit returns.
+one transaction (`Firing.prepare_batch`: its runs `prepared`, `anyrtd/lifecycle.py`),
+sleeps until the due time and then starts every program of the batch with no disk or
+network work before the starts. The starts are noted in the mirror afterwards
+(`lifecycle.note`: the runs `running` with their real `startedAt`, the cron re-arms, a
+`once`'s consumption queued for the server), in the next commit or at most `NOTE_WAIT_S`
+later. A batch already late when the timer comes to it takes the same path and starts as
+soon as its commit returns.
 
 Just before each program of such a batch starts, its run id is written to the start
 journal beside the mirror (`firing.StartJournal`): a restart after a crash tells by it a
 prepared run that may have started (closed as interrupted: a `once` never runs twice) from
 one that never did.
 
-A prepared run is cancelled, with its deferred writes, when its trigger is edited, disabled,
+A prepared run is cancelled (`lifecycle.cancel`) when its trigger is edited, disabled,
 repinned or deleted before its due time (`cancel`, from the apply stage), and when the
 daemon stops. A run still prepared when the daemon died never started: the next start
-discards it (`discard_prepared`), and its occurrence fires normally if still ahead, is a
-missed cron occurrence, or, for a `once`, fires late.
+discards it (`settle_open`), and its occurrence fires normally if still ahead, is a missed
+cron occurrence, or, for a `once`, fires late.
 
 A fire whose preparation could not be committed (the disk is full) is tried again after
 the wait `Firing.retry_wait_s` gives, not at once: late, not lost, and no hot loop.
@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from anyrtd import lifecycle
 from anyrtd.clock import Clock, SystemClock
 from anyrtd.firing import Firing, Start, Undo
 from anyrtd.logs import iso_time
@@ -43,7 +44,7 @@ from anyrtd.registry import Registry
 from anyrtd.rows import EntryRow, RunRow
 from anyrtd.runner.process import run_groups
 from anyrtd.unit import CommitFailed, Unit
-from anyrtd.vocab import Kind, Verdict
+from anyrtd.vocab import Kind, RunState, Verdict
 
 log = logging.getLogger("anyrtd.timer")
 
@@ -388,27 +389,31 @@ class Timer:
         """Start a prepared batch (its due time came); then note the starts in the mirror.
         Return the run ids started."""
         self.prepared.remove(batch)
-        starts, dropped = [], []
+        starts: list[Start] = []
+        skipped: list[Start] = []
+        gone: list[RunRow] = []
         _, verdict = self.identity()
         late = min(self.clock.now() - batch.due, self.held_up)
         for tid, start in batch.starts.items():
             entry, row, _ = start
-            if verdict == Verdict.PRUNED or self.registry.get(tid) is not entry:
-                dropped.append(row)  # evicted meanwhile without a cancel: not ours to run
+            if self.registry.get(tid) is not entry:
+                gone.append(row)  # evicted meanwhile without a cancel: not ours to run
+            elif verdict == Verdict.PRUNED:
+                skipped.append(start)
             elif entry.defn.kind == Kind.CRON and self.firing.missed(
                 entry, row.scheduled_at or batch.due, late
             ):
-                dropped.append(row)
+                skipped.append(start)
             elif entry.defn.kind == Kind.CRON and entry.running:
                 self.firing.overlap_skipped(entry, row.scheduled_at or batch.due)
-                dropped.append(row)
+                skipped.append(start)
             else:
                 starts.append(start)
         self._starting = True  # from the starts (their journal lines) to their notes
         try:
             self.firing.start_batch(starts)
             await self.firing.started(starts)
-            self.firing.note_started(starts, dropped)
+            self.firing.note_started(starts, skipped, gone)
         finally:
             self._starting = False
         self._note_due = True
@@ -437,13 +442,20 @@ class Timer:
         belongs to a start this commit (or an earlier one) noted: none was written during
         the commit, and no batch was between its starts and their notes when it began."""
         journal = self.firing.journal
-        written = None if journal is None or self._starting else journal.written
+        closed = self.unit.db is None  # a commit writes nothing: the notes are not durable
+        written = None if journal is None or self._starting or closed else journal.written
         try:
             await self.unit.commit(self.clock.now())
         except CommitFailed:  # kept for the next commit; the unit says why
             written = None
         self.unit.kick()
-        if journal is None or not written or written != journal.written or self._starting:
+        if (
+            journal is None
+            or not written
+            or written != journal.written
+            or self._starting
+            or self.unit.db is None
+        ):
             return
         try:
             journal.empty()
@@ -458,66 +470,33 @@ class Timer:
         """Cancel every prepared run (the daemon stops, or the wall clock stepped back)."""
         self.ahead.cancel_all(why)
 
-    async def discard_prepared(
+    async def settle_open(
         self,
         rows: Iterable[RunRow],
         entries: Iterable[EntryRow],
         last_fired: dict[str, float],
         now: float,
     ) -> list[RunRow]:
-        """Discard the runs a crash left prepared and not started; return the other open runs
-        (started: closed as interrupted). Their entries' rows are put back as before the
-        prepare: a `once` unconsumed (it fires, late if its time passed), a cron at the
-        occurrence (it fires if still ahead, else is a missed one).
-
-        A run still marked prepared whose id is in the start journal, or whose
-        command has a process (its group kept, or a process carrying its run id), may have
-        started in the moment between its start and the note of it: it is closed as
-        interrupted like any started run, so a `once` never runs twice.
+        """Settle the runs a crash left open (`lifecycle.settle_at_open`) and commit; return
+        those to close as interrupted. A prepared run whose id is in the start journal, or
+        whose command has a process (its group kept, or a process carrying its run id), may
+        have started in the moment between its start and the note of it: it is closed as
+        interrupted like any started run, so a `once` never runs twice; any other prepared
+        run never started and is discarded.
 
         Committed before the record cache is filled from the mirror, which lays the trigger
-        writes still in the outbox over the records: a discarded `once`'s deferred consumption
-        must be gone by then.
+        writes in the outbox over the records: a `once` that may have started is consumed
+        there by then.
         """
         rows = list(rows)
         journal = self.firing.open_journal()
         begun = journal.read() if journal is not None else set()
-        waiting = [r.run_id for r in rows if r.prepared_for is not None]
-        spawned = run_groups(waiting) if waiting else {}
-        by_id = {e.trigger_id: e for e in entries}
-        rest = []
-        for row in rows:
-            if (
-                row.prepared_for is None
-                or row.run_id in begun
-                or row.process_group is not None
-                or row.run_id in spawned
-            ):
-                rest.append(row)
-                continue
-            unit, tid = self.unit, row.trigger_id
-            unit.drop_run(row.run_id)
-            if tid is not None and (entry := by_id.get(tid)) is not None:
-                if entry.kind == Kind.ONCE:
-                    entry.consumed, entry.enabled, entry.next_fire = False, True, None
-                    unit.drop_deferred(tid, row.prepared_for)
-                elif entry.kind == Kind.CRON and entry.next_fire is not None:
-                    entry.next_fire = min(entry.next_fire, row.prepared_for)
-                unit.save(entry)
-            if tid is not None and last_fired.get(tid) == row.scheduled_at:
-                del last_fired[tid]
-            log.warning(
-                "run %s of %s was prepared for %s and never started (the daemon stopped "
-                "before its due time): discarded",
-                row.run_id,
-                tid,
-                iso_time(row.prepared_for),
-                extra={"trigger": tid, "run": row.run_id},
-            )
-        # What is deferred now belongs to runs that may have started: their writes may leave.
-        self.unit.release_all_deferred()
+        waiting = [r.run_id for r in rows if r.state == RunState.PREPARED]
+        begun |= set(run_groups(waiting)) if waiting else set()
+        begun |= {r.run_id for r in rows if r.process_group is not None}
+        left = lifecycle.settle_at_open(self.unit, rows, entries, last_fired, begun)
         await self.unit.commit(now)
-        return rest
+        return left
 
 
 __all__ = [

@@ -1,26 +1,28 @@
-"""The unit of work of one daemon step: what the step writes, committed as one transaction.
+"""Units of work: what a daemon step or a fire writes, committed as one transaction.
 
-The stages (sync, apply, firing, the active role) queue their writes here: records seen
-on the server, registry entries, runs, meta, and field-level writes owed to the server.
-A trigger field write is laid over the record cache at once (the overlay), so the next
-reconcile already sees it. `commit` writes everything pending in one transaction.
+A unit of work is a `Writes`: records seen on the server, registry entries, runs, meta,
+and field-level writes owed to the server. A trigger field write is laid over the record
+cache at once (the overlay), so the next reconcile already sees it. The stages (sync,
+apply, firing, the active role) write into the step's unit, the `Unit`, and its `commit`
+writes everything pending in one transaction (a group commit).
 
-A fire's writes are queued apart (`apart`) and committed with what is pending
-(`commit_apart`): when that transaction fails (the disk is full), they are taken out again
-and their overlay rewound, so nothing of a fire that could not be made durable is written
-later, while the step's other writes stay pending for the next commit. A commit that fails
-raises `CommitFailed`; the first failure of an episode is logged, and so is the recovery.
+A fire's writes go into a unit of their own (`Unit.fire`), handed to the functions that
+make them (`anyrtd/lifecycle.py`), and committed together with what the step has pending
+(`Unit.commit_fire`): when that transaction fails (the disk is full), nothing of the fire
+is written, its overlay is rewound, and the step's writes stay pending for the next
+commit. Nothing else can write into a fire's unit: it is an object of its own, not the
+step's buffer swapped. A commit that fails raises `CommitFailed`; the first failure of an
+episode is logged, and so is the recovery.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import errno
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -60,15 +62,6 @@ class Failing:
         )
 
 
-@dataclass(slots=True)
-class Apart:
-    """A fire's writes, queued apart from the step's until they are committed."""
-
-    batch: Batch = field(default_factory=Batch)
-    marks: dict[str, RecordMark] = field(default_factory=dict)
-    """The record cache as it was before the fire's first write to each record."""
-
-
 def is_disk_full(exc: BaseException) -> bool:
     """Return whether `exc` (or what caused it) says the disk is full."""
     seen: BaseException | None = exc
@@ -82,66 +75,55 @@ def is_disk_full(exc: BaseException) -> bool:
     return False
 
 
-class Unit:
-    """The pending writes of the daemon's current step, and the group commit that makes them
-    durable."""
+class Writes:
+    """One unit of work: the rows and field writes it makes, to commit as one transaction.
+    A fire's (`rewind`) keeps the record cache as it was before its first write to each
+    record, so that a failed commit can put the overlay back."""
 
-    def __init__(self, records: RecordCache, *, on_outbox: Callable[[], None]) -> None:
+    def __init__(self, records: RecordCache, *, rewind: bool = False) -> None:
         self.records = records
-        self.db: AsyncMirror | None = None
-        """The mirror commits go to; None while it is closed (nothing is written then)."""
-        self._on_outbox = on_outbox
-        self._batch = Batch()
-        self._lock = asyncio.Lock()
-        self._apart: Apart | None = None
-        self.failing: Failing | None = None
-        """Set while commits fail (from the first failure to the next commit that works)."""
+        self.batch = Batch()
+        self.marks: dict[str, RecordMark] | None = {} if rewind else None
+        """The record cache before this unit's first write to each record (a fire's)."""
 
     def __bool__(self) -> bool:
-        return bool(self._batch)
-
-    def open(self, db: AsyncMirror) -> AsyncMirror:
-        """Commit to `db` from now on; return it."""
-        self.db = db
-        return db
-
-    async def close(self) -> None:
-        """Close the mirror: nothing is written after."""
-        if self.db is not None:
-            await self.db.close()
-            self.db = None
+        return bool(self.batch)
 
     def save(self, row: EntryRow) -> None:
         """Write a registry entry's row."""
-        self._batch.entries.append(row)
+        self.batch.entries.append(row)
 
     def evict(self, trigger_id: str) -> None:
         """Remove a registry entry's row."""
-        self._batch.evict.append(trigger_id)
+        self.batch.evict.append(trigger_id)
 
     def keep_record(self, rid: str, version: int | None, record: Mapping[str, Any]) -> None:
         """Write the text of a record as the server showed it."""
-        self._batch.records.append((rid, version, dict(record)))
+        self.batch.records.append((rid, version, dict(record)))
 
     def drop_record(self, rid: str) -> None:
         """Remove a record the server no longer shows."""
-        self._batch.forget_records.append(rid)
+        self.batch.forget_records.append(rid)
 
     def tombstone(self, rid: str) -> None:
         """Note a record id the server deleted."""
-        self._batch.tombstones.append(rid)
+        self.batch.tombstones.append(rid)
 
     def meta(self, values: Mapping[str, str]) -> None:
         """Write meta values (peer id, resolved places, cursor, verdict)."""
-        self._batch.meta.update(values)
+        self.batch.meta.update(values)
 
     def save_run(self, row: RunRow) -> None:
-        """Write a run's summary (open as `running`, or closed)."""
-        self._batch.runs.append(row)
+        """Write a run's row, in whatever state it is (`anyrtd/lifecycle.py`)."""
+        self.batch.runs.append(row)
+
+    def drop_run(self, run_id: str) -> None:
+        """Remove a run's row: a run cancelled before its program started."""
+        self.batch.drop_runs.append(run_id)
 
     def send_run(self, row: RunRow) -> None:
         """Queue a finished run's `agent_runs` record for the server."""
-        self._batch.write(RUNS, row.run_id, run_record(row))
+        self.batch.write(RUNS, row.run_id, run_record(row))
 
     def write_trigger(
         self,
@@ -154,51 +136,48 @@ class Unit:
         """Queue a field-level write of a trigger record and lay it over the cache; with
         `if_version`, the server takes it only if the record is still at that version."""
         unset = list(unset)
-        self._batch.write(TRIGGERS, rid, fields, unset, if_version)
-        if self._apart is not None and rid not in self._apart.marks:
-            self._apart.marks[rid] = self.records.mark(rid)
+        self.batch.write(TRIGGERS, rid, fields, unset, if_version)
+        if self.marks is not None and rid not in self.marks:
+            self.marks[rid] = self.records.mark(rid)
         self.records.write(rid, fields, unset)
 
-    def defer_trigger(self, rid: str, fields: Mapping[str, Any], due: float) -> None:
-        """Queue a field-level write of a trigger record deferred to the fire due at `due`: it
-        leaves once released (`release_deferred`, the fire started) and is laid over the cache
-        only when the caller says (`records.write`)."""
-        self._batch.deferred.append((TRIGGERS, rid, dict(fields), [], due))
+    def rewind(self) -> None:
+        """Put the record cache back as it was before this unit's trigger writes."""
+        for rid, mark in (self.marks or {}).items():
+            self.records.rewind(rid, mark)
 
-    def release_deferred(self, rid: str, due: float) -> None:
-        """Let the writes of `rid` deferred to the fire due at `due` leave (it started)."""
-        self._batch.release_deferred.append((rid, due))
 
-    def release_all_deferred(self) -> None:
-        """Let every deferred write leave (at open, once no prepared run is left waiting)."""
-        self._batch.release_all_deferred = True
+class Unit(Writes):
+    """The step's unit of work (the writes pending), and the group commit that makes them
+    and a fire's durable."""
 
-    def drop_run(self, run_id: str) -> None:
-        """Remove a run's row: a run prepared ahead that never started."""
-        self._batch.drop_runs.append(run_id)
+    def __init__(self, records: RecordCache, *, on_outbox: Callable[[], None]) -> None:
+        super().__init__(records)
+        self.db: AsyncMirror | None = None
+        """The mirror commits go to; None while it is closed (nothing is written then)."""
+        self._on_outbox = on_outbox
+        self._lock = asyncio.Lock()
+        self.failing: Failing | None = None
+        """Set while commits fail (from the first failure to the next commit that works)."""
 
-    def drop_deferred(self, rid: str, due: float) -> None:
-        """Remove the writes of `rid` deferred to the fire due at `due` (it was taken back)."""
-        self._batch.drop_deferred.append((rid, due))
+    def open(self, db: AsyncMirror) -> AsyncMirror:
+        """Commit to `db` from now on; return it."""
+        self.db = db
+        return db
+
+    async def close(self) -> None:
+        """Close the mirror: nothing is written after."""
+        if self.db is not None:
+            await self.db.close()
+            self.db = None
+
+    def fire(self) -> Writes:
+        """Return a new unit of work for one fire's writes (`commit_fire`)."""
+        return Writes(self.records, rewind=True)
 
     def kick(self) -> None:
-        """Wake the outbox drain (deferred writes were released)."""
+        """Wake the outbox drain (writes were queued)."""
         self._on_outbox()
-
-    @contextlib.contextmanager
-    def apart(self) -> Iterator[Apart]:
-        """Queue the writes made inside in a batch of their own, for `commit_apart`.
-
-        No await may come inside: the step's other writes must not land in it.
-        """
-        assert self._apart is None, "a fire's writes are already queued apart"
-        apart = self._apart = Apart()
-        saved, self._batch = self._batch, apart.batch
-        try:
-            yield apart
-        finally:
-            self._apart = None
-            self._batch = saved
 
     async def commit_step(self, now: float) -> None:
         """Commit a tick's writes. A full disk is waited out: the tick completes (degraded;
@@ -219,34 +198,32 @@ class Unit:
         together cost a few transactions, not a thousand. Raise `CommitFailed` when the
         transaction fails: what was pending stays pending, for the next commit.
         """
-        if not self._batch:
+        if not self.batch:
             if self._lock.locked():  # a commit in flight took this caller's writes: wait
                 async with self._lock:
                     pass
             return
         async with self._lock:
-            if not self._batch:  # the commit this caller waited for took its writes
+            if not self.batch:  # the commit this caller waited for took its writes
                 return
             await asyncio.sleep(0)  # the writes queued in this turn of the loop join in
             await self._commit_pending(now)
 
-    async def commit_apart(self, apart: Apart, now: float) -> None:
-        """Commit a fire's writes together with what is pending; return once durable.
+    async def commit_fire(self, fire: Writes, now: float) -> None:
+        """Commit a fire's unit of work together with what is pending; return once durable.
 
-        On failure, raise `CommitFailed`: the fire's writes are dropped and its overlay is
-        rewound (the fire did not happen), and what else was pending stays for the next
-        commit.
+        On failure, raise `CommitFailed`: nothing of the fire is written and its overlay is
+        rewound (the fire did not happen); what else was pending stays for the next commit.
         """
         async with self._lock:
             try:
-                await self._commit_pending(now, apart.batch)
+                await self._commit_pending(now, fire.batch)
             except Exception:
-                for rid, mark in apart.marks.items():
-                    self.records.rewind(rid, mark)
+                fire.rewind()
                 raise
 
     async def _commit_pending(self, now: float, fire: Batch | None = None) -> None:
-        batch, self._batch = self._batch, Batch()
+        batch, self.batch = self.batch, Batch()
         both = _merged(batch, fire) if fire else batch
         if not both or self.db is None:
             return
@@ -256,7 +233,7 @@ class Unit:
             # One transaction, so nothing of it was written (the disk is full, or the mirror
             # stayed locked past busy_timeout): keep the step's writes for the next commit,
             # ahead of what came since; a fire's are the caller's to take back.
-            self._batch = _merged(batch, self._batch)
+            self.batch = _merged(batch, self.batch)
             if isinstance(exc, MirrorFault):
                 raise
             self.note_failed(exc, now)
@@ -286,12 +263,9 @@ class Unit:
 
 def _merged(first: Batch, then: Batch) -> Batch:
     """Return one batch holding the writes of `first`, then those of `then`."""
-    out = Batch(
-        meta={**first.meta, **then.meta},
-        release_all_deferred=first.release_all_deferred or then.release_all_deferred,
-    )
+    out = Batch(meta={**first.meta, **then.meta})
     for f in dataclasses.fields(Batch):
-        if f.name not in ("meta", "release_all_deferred"):
+        if f.name != "meta":
             setattr(out, f.name, [*getattr(first, f.name), *getattr(then, f.name)])
     return out
 
@@ -302,4 +276,4 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else exc.__class__.__name__
 
 
-__all__ = ["Apart", "CommitFailed", "Failing", "Unit", "is_disk_full"]
+__all__ = ["CommitFailed", "Failing", "Unit", "Writes", "is_disk_full"]

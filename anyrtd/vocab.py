@@ -40,6 +40,28 @@ ENDED_STATUSES: tuple[RunStatus, ...] = (
 """The statuses a finished run can carry."""
 
 
+class RunState(StrEnum):
+    """Where a run is in its life (`anyrtd/lifecycle.py`, which owns the transitions); the
+    mirror's `runs.state` column holds every one but `due` and `cancelled`, which have no row."""
+
+    DUE = "due"
+    """Not a run yet: its entry's next fire time."""
+    PREPARED = "prepared"
+    """Durable ahead of its due time; its program has not started."""
+    STARTED = "started"
+    """Its program started (its id is in the start journal); the start is not noted yet."""
+    RUNNING = "running"
+    """Its start noted: the real `startedAt`, a `once`'s consumption queued."""
+    ENDED = "ended"
+    """Closed with an outcome: `ok`, `FAILED`, `incomplete` or `interrupted`."""
+    CANCELLED = "cancelled"
+    """Taken back before its program started: its row deleted, its entry put back."""
+
+
+OPEN_STATES: tuple[RunState, ...] = (RunState.PREPARED, RunState.STARTED, RunState.RUNNING)
+"""The states a restart finds a run in and settles (`lifecycle.settle_at_open`)."""
+
+
 class Marker(StrEnum):
     """A health marker: the record is adopted but can never fire, and `lastStatus` says why."""
 

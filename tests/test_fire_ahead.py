@@ -29,7 +29,7 @@ from anyrtd.records import RecordCache
 from anyrtd.registry import Entry, Registry, new_row
 from anyrtd.timer import LEAD_MAX_S, LEAD_MIN_S, PRECISE_S, Lead, Prepared, Timer
 from anyrtd.unit import Unit
-from anyrtd.vocab import RunStatus, Verdict
+from anyrtd.vocab import RunState, RunStatus, Verdict
 
 T0 = 1_800_000_000.0
 PEER = "peer-a"
@@ -113,6 +113,7 @@ class Stage:
             entry = Entry(defn, new_row(defn, T0 - 50, claimed=False))
             self.registry.put(entry)
             self.registry.arm(entry, T0 - 50)
+            self.unit.save(entry.row)  # as the apply stage adopts it
 
     def entry(self, tid: str) -> Entry:
         entry = self.registry.get(tid)
@@ -126,10 +127,10 @@ class Stage:
         finally:
             conn.close()
 
-    def outbox(self) -> list[tuple[str, dict[str, Any], float | None]]:
-        """Every write in the outbox: record id, fields, and the due time it is held for."""
-        rows = self.sql("SELECT record_id, fields, not_before FROM outbox ORDER BY seq")
-        return [(rid, json.loads(fields), held) for rid, fields, held in rows]
+    def outbox(self) -> list[tuple[str, dict[str, Any]]]:
+        """Every write in the outbox: record id and fields."""
+        rows = self.sql("SELECT record_id, fields FROM outbox ORDER BY seq")
+        return [(rid, json.loads(fields)) for rid, fields in rows]
 
     async def sendable(self) -> list[tuple[str, dict[str, Any]]]:
         items = await self.db.call(lambda m: m.outbox_pending(500))
@@ -152,15 +153,14 @@ async def test_a_batch_is_durable_before_its_due_time_and_starts_with_no_write_b
     stage.clock.set(AT - 0.5)
     await stage.timer.prepare(AT, stage.clock.now())
 
-    # Durable: the run waits for its due time, the once is consumed in the mirror, and its
-    # consumption is held in the outbox until then; nothing started, nothing overlaid.
-    assert stage.sql("SELECT trigger_id, status, prepared_for FROM runs") == [
-        ("shot", RunStatus.RUNNING, AT)
+    # Durable: the run is prepared for its due time, and that is all that is written: the
+    # once is consumed (in the mirror and for the server) when its start is noted.
+    assert stage.sql("SELECT trigger_id, state, started_at FROM runs") == [
+        ("shot", RunState.PREPARED, AT)
     ]
-    assert stage.sql("SELECT consumed FROM entries WHERE trigger_id = 'shot'") == [(1,)]
+    assert stage.sql("SELECT consumed FROM entries") == [(0,)]
     assert await stage.db.call(lambda m: m.runs()) == []  # not started: not listed yet
-    assert stage.outbox() == [("shot", {"enabled": False, "lastRunAt": AT}, AT)]
-    assert await stage.sendable() == []  # held until the start is noted
+    assert stage.outbox() == []
     assert stage.runner.started == {}
     defn = stage.records.parsed["shot"]
     assert isinstance(defn, TriggerDef) and defn.rollup.last_run_at is None
@@ -172,13 +172,14 @@ async def test_a_batch_is_durable_before_its_due_time_and_starts_with_no_write_b
     assert stage.runner.started == {"shot": AT + 0.002}
     await stage.firing.wait_idle()
     await stage.unit.commit(stage.clock.now())
-    assert stage.sql(f"SELECT prepared_for, started_at FROM runs WHERE run_id = '{run_id}'") == [
-        (None, AT + 0.002)
+    assert stage.sql(f"SELECT state, started_at FROM runs WHERE run_id = '{run_id}'") == [
+        (RunState.ENDED, AT + 0.002)
     ]
+    assert stage.sql("SELECT consumed FROM entries WHERE trigger_id = 'shot'") == [(1,)]
     defn = stage.records.parsed["shot"]
-    assert isinstance(defn, TriggerDef) and defn.rollup.last_run_at == AT
+    assert isinstance(defn, TriggerDef) and defn.rollup.last_run_at == AT + 0.002
     assert stage.entry("shot").row.consumed
-    assert ("shot", {"enabled": False, "lastRunAt": AT}) in await stage.sendable()  # released
+    assert ("shot", {"enabled": False, "lastRunAt": AT + 0.002}) in await stage.sendable()
     assert await stage.timer.fire_now(stage.clock.now()) == []
 
 
@@ -206,7 +207,8 @@ async def test_a_change_before_the_due_time_cancels_the_prepared_run(
     stage.apply.reconcile(["shot"], stage.clock.now(), Verdict.ACTIVE, PEER)
     await stage.unit.commit(stage.clock.now())
 
-    # The once's run and its held consumption are gone; the cron's prepared run stays.
+    # The once's run is gone (nothing of it was for the server); the cron's prepared run
+    # stays.
     assert stage.sql("SELECT trigger_id FROM runs") == [("tick",)]
     assert stage.outbox() == []
     stage.clock.set(AT)
@@ -249,8 +251,8 @@ async def test_runs_a_crash_left_prepared_are_discarded_and_the_once_fires_late(
         fresh.records.put(rec)
     snap = await stage.db.call(Mirror.snapshot)
     left = await stage.db.call(Mirror.open_runs)
-    assert {r.prepared_for for r in left} == {AT}
-    assert await fresh.timer.discard_prepared(left, snap.entries, snap.last_fired, AT) == []
+    assert {(r.state, r.started_at) for r in left} == {(RunState.PREPARED, AT)}
+    assert await fresh.timer.settle_open(left, snap.entries, snap.last_fired, AT) == []
     assert "tick" not in snap.last_fired
     now = AT + 5.0
     fresh.apply.restore(snap.entries, now, snap.last_fired)
@@ -273,16 +275,15 @@ async def test_a_late_once_killed_between_its_commit_and_its_start_fires_late_no
     """A batch already late (due before the timer came to it: a busy or starting daemon) is
     prepared and started like one prepared ahead, so a kill between its commit and its
     start is told apart by the start journal too: a once that never began fires again."""
-    await stage.timer.discard_prepared([], [], {}, T0)
+    await stage.timer.settle_open([], [], {}, T0)
     stage.adopt(ONCE)
     late = AT + 30.0
     stage.clock.set(late)
     prepared = await stage.firing.prepare_batch(late, late, PEER, Verdict.ACTIVE)
     assert prepared is not None
     [(_, row, _)] = prepared[0]
-    assert row.prepared_for == late
-    assert stage.outbox() == [("shot", {"enabled": False, "lastRunAt": late}, late)]
-    assert await stage.sendable() == []  # nothing told the server the once was consumed
+    assert (row.state, row.started_at) == (RunState.PREPARED, late)
+    assert stage.outbox() == []  # nothing tells the server the once was consumed
     if began:
         assert stage.firing.journal is not None
         stage.firing.journal.note(row.run_id)
@@ -291,7 +292,7 @@ async def test_a_late_once_killed_between_its_commit_and_its_start_fires_late_no
     fresh.records.put(ONCE)
     snap = await stage.db.call(Mirror.snapshot)
     left = await stage.db.call(Mirror.open_runs)
-    rest = await fresh.timer.discard_prepared(left, snap.entries, snap.last_fired, late + 5)
+    rest = await fresh.timer.settle_open(left, snap.entries, snap.last_fired, late + 5)
     fresh.apply.restore(snap.entries, late + 5, snap.last_fired)
     await fresh.unit.commit(late + 5)
     if began:  # it may have run: interrupted, consumed, and the server told so
@@ -311,7 +312,7 @@ async def test_a_late_once_killed_between_its_commit_and_its_start_fires_late_no
 async def test_each_prepared_start_is_journaled_before_it_and_the_journal_emptied_once_noted(
     stage: Stage, tmp_path: Path
 ) -> None:
-    assert await stage.timer.discard_prepared([], [], {}, T0) == []  # as at the daemon's open
+    assert await stage.timer.settle_open([], [], {}, T0) == []  # as at the daemon's open
     journal = stage.firing.journal
     assert journal is not None and journal.path == tmp_path / START_JOURNAL_FILE
     stage.adopt(ONCE)
@@ -326,14 +327,15 @@ async def test_each_prepared_start_is_journaled_before_it_and_the_journal_emptie
     assert run_id in seen[0]
     # Once the start is noted in the mirror, the journal is emptied.
     await stage.timer.wait_noted()
-    assert stage.sql(f"SELECT prepared_for FROM runs WHERE run_id = '{run_id}'") == [(None,)]
+    [(state,)] = stage.sql(f"SELECT state FROM runs WHERE run_id = '{run_id}'")
+    assert state in (RunState.RUNNING, RunState.ENDED)
     assert journal.read() == set() and journal.written == 0
 
 
 async def test_the_batches_started_within_the_note_wait_are_noted_in_one_commit(
     stage: Stage, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    await stage.timer.discard_prepared([], [], {}, T0)
+    await stage.timer.settle_open([], [], {}, T0)
     journal = stage.firing.journal
     assert journal is not None
     later = record("later", kind="once", spec={"at": AT + 0.05})
@@ -366,7 +368,7 @@ async def test_the_batches_started_within_the_note_wait_are_noted_in_one_commit(
     assert journal.written == 2 and commits == []  # nothing written between the starts
     await stage.timer.wait_noted()
     assert len(commits) == 1  # both batches' notes in one transaction
-    assert stage.sql("SELECT prepared_for FROM runs") == [(None,), (None,)]
+    assert stage.sql("SELECT state FROM runs") == [(RunState.RUNNING,), (RunState.RUNNING,)]
     assert journal.read() == set()
     release.set()
 
@@ -376,7 +378,7 @@ async def test_a_prepared_run_in_the_start_journal_is_closed_as_interrupted_not_
 ) -> None:
     """Killed between a program's start and the note of it in the mirror: the run may have
     started, so the restart closes it as interrupted and the once stays consumed."""
-    await stage.timer.discard_prepared([], [], {}, T0)
+    await stage.timer.settle_open([], [], {}, T0)
     journal = stage.firing.journal
     assert journal is not None
     stage.adopt(ONCE)
@@ -388,13 +390,14 @@ async def test_a_prepared_run_in_the_start_journal_is_closed_as_interrupted_not_
     fresh.records.put(ONCE)
     snap = await stage.db.call(Mirror.snapshot)
     left = await stage.db.call(Mirror.open_runs)
-    [kept] = await fresh.timer.discard_prepared(left, snap.entries, snap.last_fired, AT + 5)
-    assert kept.run_id == run_id and kept.prepared_for == AT
+    [kept] = await fresh.timer.settle_open(left, snap.entries, snap.last_fired, AT + 5)
+    assert (kept.run_id, kept.state, kept.started_at) == (run_id, RunState.STARTED, AT)
     await fresh.firing.close_interrupted([kept], AT + 5)
     fresh.apply.restore(snap.entries, AT + 5, snap.last_fired)
     await fresh.unit.commit(AT + 5)
     assert stage.sql("SELECT status FROM runs") == [(RunStatus.INTERRUPTED,)]
     assert fresh.entry("shot").row.consumed
+    assert ("shot", {"enabled": False, "lastRunAt": AT}) in await fresh.sendable()
     assert await fresh.timer.fire_now(AT + 5) == []
 
 
@@ -410,7 +413,7 @@ async def test_a_cron_occurrence_still_ahead_at_the_restart_fires_at_its_time(
     fresh.records.put(CRON)
     snap = await stage.db.call(Mirror.snapshot)
     left = await stage.db.call(Mirror.open_runs)
-    assert await fresh.timer.discard_prepared(left, snap.entries, snap.last_fired, AT) == []
+    assert await fresh.timer.settle_open(left, snap.entries, snap.last_fired, AT) == []
     fresh.apply.restore(snap.entries, due - 0.2, snap.last_fired)
     assert fresh.entry("tick").row.next_fire == due
 

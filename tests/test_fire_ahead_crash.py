@@ -69,7 +69,7 @@ def kill_while_prepared(serve: ServeProcess, tid: str, due: float) -> bool:
     """Freeze the daemon the moment its mirror shows the prepared run of `tid`; kill it and
     return True if that was before `due`, else let it go on and return False."""
     assert serve.proc is not None
-    query = "SELECT run_id FROM runs WHERE trigger_id = ? AND prepared_for IS NOT NULL"
+    query = "SELECT run_id FROM runs WHERE trigger_id = ? AND state = 'prepared'"
     deadline = due + 5
     while time.time() < deadline:
         try:
@@ -132,7 +132,7 @@ def test_kill_after_the_due_time_records_the_run_interrupted_and_never_fires_it_
     world.put(tid, kind="once", spec={"at": at}, program="test:long@v1", owner="")
     wait_until(lambda: armed(serve, tid), timeout=30, what=f"{tid} armed")
     wait_until(lambda: fires_of(fired, tid) == 1, timeout=30, what="the program to start")
-    started = "SELECT run_id FROM runs WHERE trigger_id = ? AND prepared_for IS NULL"
+    started = "SELECT run_id FROM runs WHERE trigger_id = ? AND state != 'prepared'"
     wait_until(lambda: mirror_rows(serve, started, tid), timeout=30, what="the start noted")
     assert serve.proc is not None
     serve.proc.kill()

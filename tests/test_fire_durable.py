@@ -147,7 +147,7 @@ async def test_a_fire_that_cannot_be_committed_leaves_no_trace_and_fires_late_on
     assert stage.stats.fires == 0
     assert stage.registry.last_fired == {}
     # The fire's writes are out of the pending batch; the step's own stay, for the next commit.
-    assert stage.unit._batch == Batch(meta={"cursor": "7"})
+    assert stage.unit.batch == Batch(meta={"cursor": "7"})
     # Both are still due, and the timer waits before it tries again (no hot loop).
     assert stage.registry.next_due() == min(cron_due, T0 - 1)
     assert stage.unit.failing is not None and stage.unit.failing.full
@@ -169,16 +169,22 @@ async def test_a_fire_that_cannot_be_committed_leaves_no_trace_and_fires_late_on
     batch = stage.mirror.batches[0]  # then the runs' ends
     assert batch.meta == {"cursor": "7"}
     assert sorted(r.trigger_id or "" for r in batch.runs) == ["shot", "tick"]
-    # The consumption is held until the start is noted (the start journal covers a crash).
-    consumption = [(f, until) for _, rid, f, _, until in batch.deferred if rid == "shot"]
-    assert consumption == [({"enabled": False, RollupField.LAST_RUN_AT: T0 + 3.0}, T0 + 3.0)]
+    # The prepare writes the runs only: the consumption leaves with the note of the start
+    # (the start journal covers a crash before it).
+    assert batch.outbox == []
     assert stage.entry("shot").row.consumed
     assert stage.unit.failing is None and stage.firing.retry_wait_s() == 0.0
     assert await stage.fire() == []  # fired exactly once
     await stage.firing.wait_idle()
     await stage.timer.wait_noted()
-    released = [r for b in stage.mirror.batches[1:] for r in b.release_deferred]
-    assert released == [("shot", T0 + 3.0)]
+    consumed = [
+        w.fields
+        for b in stage.mirror.batches[1:]
+        for w in b.outbox
+        if w.record_id == "shot" and "enabled" in w.fields
+    ]
+    # At the start the runner noted (this stand-in says T0 for every start).
+    assert consumed == [{"enabled": False, RollupField.LAST_RUN_AT: T0}]
 
 
 async def test_a_manual_run_that_cannot_be_committed_is_refused_and_leaves_no_trace() -> None:

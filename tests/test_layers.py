@@ -53,6 +53,7 @@ FLOW: tuple[tuple[str, ...], ...] = (
     ("anyrtd.events",),
     # the daemon's stages, in the order of one step
     ("anyrtd.unit",),
+    ("anyrtd.lifecycle",),
     ("anyrtd.sync",),
     ("anyrtd.apply",),
     ("anyrtd.firing",),

@@ -84,15 +84,15 @@ def test_the_mirror_keeps_the_cursor_only_once_what_it_covers_is_applied() -> No
     sync, unit = following(10)
     sync.take(ChangePage([change(n, f"t{n:03d}") for n in range(11, 161)], 170), 0.0)
     assert sync.cursor == 170
-    assert "cursor" not in unit._batch.meta  # a commit now must not skip the changes
+    assert "cursor" not in unit.batch.meta  # a commit now must not skip the changes
     sync.apply_buffered(100)
-    assert "cursor" not in unit._batch.meta
+    assert "cursor" not in unit.batch.meta
     sync.apply_buffered(100)
-    assert unit._batch.meta["cursor"] == "170" and not sync.pending
+    assert unit.batch.meta["cursor"] == "170" and not sync.pending
     sync.take(ChangePage([], 180), 0.0)  # a page with no trigger change still moves it
     sync.take(ChangePage([], 190), 0.0)
     sync.apply_buffered(100)
-    assert unit._batch.meta["cursor"] == "190"
+    assert unit.batch.meta["cursor"] == "190"
 
 
 def test_a_feed_behind_the_mirrors_cursor_is_followed_from_its_head_after_a_full_read() -> None:
@@ -102,7 +102,7 @@ def test_a_feed_behind_the_mirrors_cursor_is_followed_from_its_head_after_a_full
     assert sync.cursor == 4
     assert sync.full_read_due(1000.0, 300.0)
     sync.apply_buffered()
-    assert unit._batch.meta["cursor"] == "4"
+    assert unit.batch.meta["cursor"] == "4"
 
 
 def test_the_safety_net_full_read_comes_less_often_for_a_large_record_set() -> None:
