@@ -501,9 +501,7 @@ class Firing:
             extra={"trigger": entry.id},
         )
 
-    def note_started(
-        self, starts: list[Start], skipped: list[Start], gone: list[RunRow]
-    ) -> None:
+    def note_started(self, starts: list[Start], skipped: list[Start], gone: list[RunRow]) -> None:
         """Note in the step's unit of work the runs of a prepared batch that started
         (`lifecycle.note`), skip those that did not run (`lifecycle.skip`: missed, the
         previous run still running, or this device pruned meanwhile) and delete the rows of

@@ -260,9 +260,7 @@ def settle_at_open(
     return left
 
 
-def discard(
-    w: Writes, row: RunRow, entry: EntryRow | None, last_fired: dict[str, float]
-) -> None:
+def discard(w: Writes, row: RunRow, entry: EntryRow | None, last_fired: dict[str, float]) -> None:
     """prepared → cancelled at a restart: the run never started. Its row deleted; its
     entry's row put back as before the prepare (a `once` unconsumed, so it fires, late if
     its time passed; a cron at the occurrence, so it fires if still ahead, else is

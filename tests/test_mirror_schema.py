@@ -119,3 +119,38 @@ def test_a_mirror_below_head_is_told_apart_without_the_fast_path(migrated: Mirro
 
     current, head = migrated.revisions()
     assert current == "0003" and head == SCHEMA_HEAD != "0003"
+
+
+def test_the_run_states_migration_keeps_what_a_crash_left_open(tmp_path: Path) -> None:
+    """A mirror an earlier anyrtd left after a crash: a run prepared ahead (with its
+    `once`'s consumption held in the outbox), a running one and an ended one. Upgraded,
+    each has its state, and the held write is gone (the next start settles the prepared
+    run and queues the consumption if it may have started)."""
+    mirror = Mirror(tmp_path / "anyrtd.sqlite3")
+    command.upgrade(alembic_config(mirror.url), "0005")
+    run = (
+        "INSERT INTO runs (run_id, trigger_id, program, device, scheduled_at, started_at, "
+        "status, prepared_for) VALUES (?, 't', 'x:y@v1', 'd', 100.0, 100.0, ?, ?)"
+    )
+    outbox = (
+        "INSERT INTO outbox (dataset, record_id, fields, created_at, not_before) "
+        "VALUES ('triggers', 't', '{}', 1.0, ?)"
+    )
+    with mirror.engine.begin() as conn:
+        conn.exec_driver_sql(run, ("prepared", "running", 100.0))
+        conn.exec_driver_sql(run, ("running", "running", None))
+        conn.exec_driver_sql(run, ("ended", "ok", None))
+        conn.exec_driver_sql(outbox, (100.0,))
+        conn.exec_driver_sql(outbox, (None,))
+    mirror.upgrade()
+    with mirror.engine.connect() as conn:
+        states = conn.exec_driver_sql("SELECT run_id, state FROM runs ORDER BY run_id").all()
+        held = conn.exec_driver_sql("SELECT count(*) FROM outbox").scalar_one()
+    assert [tuple(s) for s in states] == [
+        ("ended", "ended"),
+        ("prepared", "prepared"),
+        ("running", "running"),
+    ]
+    assert held == 1
+    assert [r.run_id for r in mirror.open_runs()] == ["prepared", "running"]
+    mirror.close()

@@ -172,3 +172,27 @@ async def test_a_commit_whose_writes_an_in_flight_commit_took_returns_once_that_
     async with asyncio.timeout(5):
         await asyncio.gather(first, second)
     assert [b.evict for b in db.batches] == [["a", "b"]]
+
+
+async def test_a_fires_unit_of_work_is_its_own_whatever_the_step_writes_meanwhile() -> None:
+    """A fire's writes go into an object of their own (`Unit.fire`), so the step's writes
+    made while the fire awaits (here, while its commit is in flight) can never land in it;
+    a failed commit of the fire drops all of the fire and none of the step's."""
+    db = HeldMirror()
+    unit, records, _ = unit_with(db)
+    fire = unit.fire()
+    fire.write_trigger("t", {"enabled": False})
+    fire.save_run(RunRow("r1", "t", "x:y@v1", "peer", NOW, NOW))
+    db.hold.clear()
+    db.fail_next = True
+    commit = asyncio.create_task(unit.commit_fire(fire, NOW))
+    await db.entered.wait()
+    unit.meta({"cursor": "9"})  # the step writes while the fire's commit is in flight
+    db.hold.set()
+    with pytest.raises(CommitFailed):
+        await commit
+    assert unit.batch == Batch(meta={"cursor": "9"})  # the step's write, alone
+    defn = records.parsed["t"]
+    assert isinstance(defn, TriggerDef) and defn.enabled  # the fire's overlay rewound
+    await unit.commit(NOW)
+    assert [b.meta for b in db.batches] == [{"cursor": "9"}] and db.batches[0].runs == []

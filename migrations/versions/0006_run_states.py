@@ -24,9 +24,7 @@ depends_on = None
 
 def upgrade() -> None:
     # NOT NULL with a default: SQLite adds it in place, no copy of a large runs table.
-    op.add_column(
-        "runs", sa.Column("state", sa.Text, nullable=False, server_default="ended")
-    )
+    op.add_column("runs", sa.Column("state", sa.Text, nullable=False, server_default="ended"))
     op.execute("UPDATE runs SET state = 'prepared' WHERE prepared_for IS NOT NULL")
     op.execute(
         "UPDATE runs SET state = 'running' WHERE prepared_for IS NULL AND status = 'running'"
