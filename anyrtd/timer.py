@@ -398,10 +398,9 @@ class Timer:
             entry, row, _ = start
             if self.registry.get(tid) is not entry:
                 gone.append(row)  # evicted meanwhile without a cancel: not ours to run
-            elif verdict == Verdict.PRUNED:
-                skipped.append(start)
-            elif entry.defn.kind == Kind.CRON and self.firing.missed(
-                entry, row.scheduled_at or batch.due, late
+            elif verdict == Verdict.PRUNED or (
+                entry.defn.kind == Kind.CRON
+                and self.firing.missed(entry, row.scheduled_at or batch.due, late)
             ):
                 skipped.append(start)
             elif entry.defn.kind == Kind.CRON and entry.running:
