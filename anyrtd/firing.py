@@ -501,13 +501,15 @@ class Firing:
             extra={"trigger": entry.id},
         )
 
-    def note_started(self, starts: list[Start], skipped: list[Start], gone: list[RunRow]) -> None:
-        """Note in the step's unit of work the runs of a prepared batch that started
-        (`lifecycle.note`), skip those that did not run (`lifecycle.skip`: missed, the
+    def note_started(
+        self, due: float, starts: list[Start], skipped: list[Start], gone: list[RunRow]
+    ) -> None:
+        """Note in the step's unit of work the runs of a prepared batch, to start at `due`,
+        that started (`lifecycle.note`), skip those that did not run (`lifecycle.skip`: missed, the
         previous run still running, or this device pruned meanwhile) and delete the rows of
         those whose entry was evicted meanwhile."""
         for entry, row, _ in starts:
-            lifecycle.note(self.unit, entry, row)
+            lifecycle.note(self.unit, entry, row, due)
         for entry, row, _ in skipped:
             lifecycle.skip(self.unit, entry, row)
         for row in gone:

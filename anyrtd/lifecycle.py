@@ -25,7 +25,8 @@ What each transition writes:
 - `started` (prepared → started): nothing durable; the firing stage wrote the run id to
   the start journal just before the program started.
 - `note` (started → running): the run row (the real `started_at`), the entry's row (a cron
-  re-armed, a `once` consumed), a `once`'s consumption as a trigger write.
+  re-armed, a `once` consumed), a `once`'s consumption as a trigger write (`lastRunAt` the
+  time it was to start).
 - `begin` (due → running, a run by hand or an event's, never prepared): the run row.
 - `end` (running → ended): the run row with its outcome, the `agent_runs` record, the
   rollup and the breaker as a trigger write, the entry's row.
@@ -139,9 +140,11 @@ def started(row: RunRow, at: float) -> None:
         row.state = RunState.STARTED
 
 
-def note(w: Writes, entry: Entry, row: RunRow) -> None:
+def note(w: Writes, entry: Entry, row: RunRow, due: float) -> None:
     """started → running: the start noted. Writes the run row, the entry's row (a cron
-    re-armed, a `once` consumed) and a `once`'s consumption, laid over the record cache.
+    re-armed, a `once` consumed) and a `once`'s consumption at `due`, the time its batch was
+    to start (its due time, or the prepare's for a batch already late: docs/schedule.md),
+    laid over the record cache.
     A run whose program already ended (a quick one, in the turn after its start) stays
     `ended`: only the entry's writes are its note's."""
     if row.state != RunState.ENDED:
@@ -149,7 +152,7 @@ def note(w: Writes, entry: Entry, row: RunRow) -> None:
     w.save_run(row)
     if entry.defn.kind == Kind.ONCE:
         entry.row.consumed, entry.row.enabled, entry.row.next_fire = True, False, None
-        w.write_trigger(entry.id, consumption(row.started_at))
+        w.write_trigger(entry.id, consumption(due))
     w.save(entry.row)
 
 

@@ -412,7 +412,7 @@ class Timer:
         try:
             self.firing.start_batch(starts)
             await self.firing.started(starts)
-            self.firing.note_started(starts, skipped, gone)
+            self.firing.note_started(batch.due, starts, skipped, gone)
         finally:
             self._starting = False
         self._note_due = True

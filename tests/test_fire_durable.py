@@ -183,8 +183,8 @@ async def test_a_fire_that_cannot_be_committed_leaves_no_trace_and_fires_late_on
         for w in b.outbox
         if w.record_id == "shot" and "enabled" in w.fields
     ]
-    # At the start the runner noted (this stand-in says T0 for every start).
-    assert consumed == [{"enabled": False, RollupField.LAST_RUN_AT: T0}]
+    # At the time it was to start: fired late, when it was prepared.
+    assert consumed == [{"enabled": False, RollupField.LAST_RUN_AT: T0 + 3.0}]
 
 
 async def test_a_manual_run_that_cannot_be_committed_is_refused_and_leaves_no_trace() -> None:

@@ -171,7 +171,7 @@ def moved(transition: str, kind: str) -> tuple[RunRow, Snapshots, Entry]:
         lifecycle.started(row, DUE + 0.001)
     elif transition == "note":
         lifecycle.started(row, DUE + 0.001)
-        lifecycle.note(w, entry, row)
+        lifecycle.note(w, entry, row, DUE)
     return row, w, entry
 
 
@@ -188,16 +188,16 @@ def test_each_transition_moves_the_run_and_writes_what_the_table_says(
     assert writes_of(w) == writes
 
 
-def test_a_note_consumes_a_once_at_its_real_start_and_lays_it_over_the_cache() -> None:
+def test_a_note_consumes_a_once_at_its_due_time_and_lays_it_over_the_cache() -> None:
     _, entry, records = stage(Kind.ONCE)
     w = Writes(records)
     row = lifecycle.prepare(Writes(records), entry, DUE, DUE, PEER)
     assert row.started_at == DUE  # the time it is to start
     lifecycle.started(row, DUE + 0.002)
-    lifecycle.note(w, entry, row)
+    lifecycle.note(w, entry, row, DUE)
     assert (row.state, row.started_at) == (RunState.RUNNING, DUE + 0.002)
     [write] = w.batch.outbox
-    assert dict(write.fields) == {"enabled": False, RollupField.LAST_RUN_AT: DUE + 0.002}
+    assert dict(write.fields) == {"enabled": False, RollupField.LAST_RUN_AT: DUE}
     defn = records.parsed[Kind.ONCE]
     assert isinstance(defn, TriggerDef) and not defn.enabled
     assert (entry.row.consumed, entry.row.enabled, entry.row.next_fire) == (True, False, None)
@@ -209,7 +209,7 @@ def test_a_run_that_ended_before_its_note_stays_ended() -> None:
     lifecycle.started(row, DUE)
     lifecycle.end(Writes(records), row, ok(row), entry, entry.defn)
     w = snapshots(records)
-    lifecycle.note(w, entry, row)
+    lifecycle.note(w, entry, row, DUE)
     assert row.state == RunState.ENDED
     assert saved_states(w) == [RunState.ENDED]
     assert entry.row.consumed  # the note's own writes still come
@@ -334,7 +334,7 @@ def test_the_state_column_follows_a_run_through_a_real_mirror(tmp_path: Path) ->
     assert commit(w) == [(row.run_id, RunState.PREPARED)]
     assert mirror.runs() == []  # a prepared run is not listed: it has not run
     lifecycle.started(row, DUE + 0.001)
-    lifecycle.note(w, entry, row)
+    lifecycle.note(w, entry, row, DUE)
     assert commit(w) == [(row.run_id, RunState.RUNNING)]
     assert [r.run_id for r in mirror.runs()] == [row.run_id]
     lifecycle.end(w, row, ok(row), entry, entry.defn)
