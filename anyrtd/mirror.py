@@ -759,7 +759,8 @@ def _write_batch(conn: Connection, batch: Batch, now: float) -> None:
 
 
 _NEWEST_START = (
-    "SELECT started_at FROM runs WHERE trigger_id = ? ORDER BY started_at DESC LIMIT 1 OFFSET ?"
+    "SELECT started_at FROM runs WHERE trigger_id = ? AND state = 'ended' "
+    "ORDER BY started_at DESC LIMIT 1 OFFSET ?"
 )
 _TRIM_RUNS = (
     "DELETE FROM runs WHERE rowid IN (SELECT rowid FROM runs WHERE trigger_id = ? "
@@ -776,7 +777,8 @@ def _trim_runs(conn: Connection, due: Iterable[str], kept: int) -> list[str]:
         if budget <= 0:
             break
         # Both statements walk the index on (trigger_id, started_at): the newest `kept`
-        # entries of this trigger, then the rows older than the last of them.
+        # ended runs of this trigger (a run prepared or in flight is not one of them), then
+        # the ended rows older than the last of them.
         cutoff = conn.exec_driver_sql(_NEWEST_START, (tid, kept - 1)).scalar()
         deleted = 0
         if cutoff is not None:
