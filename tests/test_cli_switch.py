@@ -16,7 +16,7 @@ from control_support import ServeProcess
 from support import wait_until
 
 PY = sys.executable
-TICK_S = 5.0
+TICK_S = 10.0
 """Long enough that a claim stays unconfirmed for the time a command takes."""
 
 
