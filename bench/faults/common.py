@@ -554,11 +554,25 @@ def zombies_of(pid: int) -> int:
     return count
 
 
-def fd_count(pid: int) -> int:
+def fd_count(pid: int, *, sockets: bool = True) -> int:
+    """Return how many descriptors `pid` holds (-1: it is gone); without `sockets`, those
+    that are not sockets (a run's pipes and files, not the pool of connections to the server,
+    whose size follows the load)."""
+    fd_dir = Path(f"/proc/{pid}/fd")
     try:
-        return len(os.listdir(f"/proc/{pid}/fd"))
+        names = os.listdir(fd_dir)
     except OSError:
         return -1
+    if sockets:
+        return len(names)
+    count = 0
+    for name in names:
+        try:
+            if not os.readlink(fd_dir / name).startswith("socket:"):
+                count += 1
+        except OSError:  # closed meanwhile
+            continue
+    return count
 
 
 def kill_tagged(tag: str) -> int:
