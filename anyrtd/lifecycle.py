@@ -123,9 +123,10 @@ def skip(w: Writes, entry: Entry, row: RunRow | None) -> None:
 
 
 def cancel(w: Writes, entry: Entry, row: RunRow) -> None:
-    """prepared → cancelled: its trigger changed, the daemon stops, the wall clock stepped
-    back, or its commit failed. The run row deleted; the entry's row written as the caller
-    put it back (before the prepare)."""
+    """prepared → cancelled: its trigger changed, the daemon stops, or the wall clock
+    stepped back. The run row deleted; the entry's row written as the caller put it back
+    (before the prepare). A prepare whose commit failed wrote nothing: it is not cancelled,
+    its entries are only put back in memory (`firing.Undo`)."""
     assert row.state == RunState.PREPARED, f"only a prepared run is cancelled, not {row.state}"
     row.state = RunState.CANCELLED
     w.drop_run(row.run_id)
