@@ -381,6 +381,14 @@ class Timer:
         if not starts:
             return
         self.lead.note(len(starts), took - self.firing.last_commit_s, self.firing.last_commit_s)
+        log.debug(
+            "prepared %d runs due at %s in %.1f ms (its commit %.1f ms), %.1f ms ahead of it",
+            len(starts),
+            iso_time(due),
+            took * 1000,
+            self.firing.last_commit_s * 1000,
+            (due - self.clock.now()) * 1000,
+        )
         self.prepared.append(Prepared(due, {s[0].id: s for s in starts}, undo))
         self.prepared.sort(key=lambda p: p.due)
 
@@ -406,7 +414,15 @@ class Timer:
                 starts.append(start)
         self._starting = True  # from the starts (their journal lines) to their notes
         try:
+            behind, began = self.clock.now() - batch.due, time.perf_counter()
             self.firing.start_batch(starts)
+            log.debug(
+                "started %d runs due at %s: from %.1f ms after it, for %.1f ms",
+                len(starts),
+                iso_time(batch.due),
+                behind * 1000,
+                (time.perf_counter() - began) * 1000,
+            )
             await self.firing.started(starts)
             self.firing.note_started(starts, dropped)
         finally:
