@@ -303,14 +303,14 @@ class Firing:
     def start_batch(self, starts: list[Start]) -> None:
         """Start every program of a prepared batch, before anything else is done for any of
         them: in-process programs all begin at the loop's next turn (no disk or network
-        work comes between)."""
-        with gc_paused():
-            runs = [
-                self.runner.start(self._request(row, args), self._on_start(row))
-                for _, row, args in starts
-            ]
-            for (entry, row, _), ended in zip(starts, runs, strict=True):
-                self._track(entry, row, ended)
+        work comes between). The caller keeps the garbage collector paused until that turn
+        (`anyrtd/heap.py`)."""
+        runs = [
+            self.runner.start(self._request(row, args), self._on_start(row))
+            for _, row, args in starts
+        ]
+        for (entry, row, _), ended in zip(starts, runs, strict=True):
+            self._track(entry, row, ended)
 
     async def started(self, starts: list[Start]) -> None:
         """Let the programs of a batch just started take their turn, then log them."""

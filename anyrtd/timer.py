@@ -38,6 +38,7 @@ from typing import Protocol
 
 from anyrtd.clock import Clock, SystemClock
 from anyrtd.firing import Firing, Start, Undo
+from anyrtd.heap import gc_paused
 from anyrtd.logs import iso_time
 from anyrtd.registry import Registry
 from anyrtd.rows import EntryRow, RunRow
@@ -414,16 +415,19 @@ class Timer:
                 starts.append(start)
         self._starting = True  # from the starts (their journal lines) to their notes
         try:
-            behind, began = self.clock.now() - batch.due, time.perf_counter()
-            self.firing.start_batch(starts)
-            log.debug(
-                "started %d runs due at %s: from %.1f ms after it, for %.1f ms",
-                len(starts),
-                iso_time(batch.due),
-                behind * 1000,
-                (time.perf_counter() - began) * 1000,
-            )
-            await self.firing.started(starts)
+            # The collector waits until every program has taken its first turn: the pass
+            # over all the batch built when it comes back on would otherwise come first.
+            with gc_paused():
+                behind, began = self.clock.now() - batch.due, time.perf_counter()
+                self.firing.start_batch(starts)
+                log.debug(
+                    "started %d runs due at %s: from %.1f ms after it, for %.1f ms",
+                    len(starts),
+                    iso_time(batch.due),
+                    behind * 1000,
+                    (time.perf_counter() - began) * 1000,
+                )
+                await self.firing.started(starts)
             self.firing.note_started(starts, dropped)
         finally:
             self._starting = False
