@@ -419,7 +419,7 @@ class Timer:
             # over all the batch built when it comes back on would otherwise come first.
             with gc_paused():
                 behind, began = self.clock.now() - batch.due, time.perf_counter()
-                self.firing.start_batch(starts)
+                runs = self.firing.start_batch(starts)
                 log.debug(
                     "started %d runs due at %s: from %.1f ms after it, for %.1f ms",
                     len(starts),
@@ -427,7 +427,7 @@ class Timer:
                     behind * 1000,
                     (time.perf_counter() - began) * 1000,
                 )
-                await self.firing.started(starts)
+                await self.firing.started(starts, runs)
             self.firing.note_started(starts, dropped)
         finally:
             self._starting = False

@@ -330,6 +330,27 @@ async def test_each_prepared_start_is_journaled_before_it_and_the_journal_emptie
     assert journal.read() == set() and journal.written == 0
 
 
+async def test_the_start_journal_holds_every_id_of_a_batch_before_its_first_program_starts(
+    stage: Stage,
+) -> None:
+    await stage.timer.discard_prepared([], [], {}, T0)
+    journal = stage.firing.journal
+    assert journal is not None
+    shots = [record(f"shot{i}", kind="once", spec={"at": AT}) for i in range(3)]
+    stage.adopt(*shots)
+    stage.clock.set(AT - 0.5)
+    await stage.timer.prepare(AT, stage.clock.now())
+    seen: list[set[str]] = []
+    stage.runner.on_each_start = lambda: seen.append(journal.read())
+    stage.clock.set(AT)
+    run_ids = await stage.timer.fire_now(AT)
+    assert len(run_ids) == 3 and len(seen) == 3
+    assert seen[0] == set(run_ids)  # one write for the batch, before the first start
+    assert journal.written == 3
+    await stage.timer.wait_noted()
+    assert journal.read() == set()
+
+
 async def test_the_batches_started_within_the_note_wait_are_noted_in_one_commit(
     stage: Stage, monkeypatch: pytest.MonkeyPatch
 ) -> None:
