@@ -53,9 +53,15 @@ IDLE_WAKE_S = 60.0
 Chosen (b59cc30): a design bound on how long a stepped wall clock goes unseen; not measured."""
 LEAD_MIN_S = 0.05
 LEAD_MAX_S = 2.0
-"""A batch is prepared at least 50 ms and at most 2 s ahead of its due time.
-Chosen (b7db026, issue 13): a design margin, not measured; the 2 s cap is what a 10k burst's
-preparation cannot hide (issue 22)."""
+LEAD_MAX_PER_RUN_S = 0.001
+"""A batch is prepared at least 50 ms and at most 2 s ahead of its due time, plus 1 ms a run:
+a large batch's prepare and commit fit its lead (10,000 runs took 1.3 s on the reference
+machine and 2.0 s under a profiler, docs/benchmarks.md, where 2 s was the cap).
+Chosen (b7db026, issue 13; the per-run part issue 22): a design margin, about seven times
+the measured 0.13 ms a run."""
+LEAD_SMALL_BATCH = 10
+"""A batch of at most this many runs tells a commit's fixed cost (its fsync); a larger one the
+cost per run (`Lead.note`)."""
 CLEAR_STALL_S = 0.02
 """About how long the event loop is held by the longest stretches of work besides the
 timer's (a tick, a drain's encoding, a feed page's decoding): `Timer.clear_of`.
@@ -147,16 +153,20 @@ class Lead:
 
     def of(self, runs: int) -> float:
         """Return how far ahead of its due time a batch of `runs` is prepared."""
-        return min(LEAD_MAX_S, LEAD_MIN_S + LEAD_FACTOR * self.expect(runs))
+        cap = LEAD_MAX_S + LEAD_MAX_PER_RUN_S * runs
+        return min(cap, LEAD_MIN_S + LEAD_FACTOR * self.expect(runs))
 
     def note(self, runs: int, prepare_s: float, commit_s: float) -> None:
-        """Note how long a batch of `runs` took to prepare and to commit."""
-        per_run = prepare_s / max(1, runs)
-        if not self._seen:
-            self.per_run_s, self.commit_s, self._seen = per_run, commit_s, True
+        """Note how long a batch of `runs` took to prepare and to commit. A small batch tells
+        the commit's fixed cost (its fsync); a larger one the cost per run, its commit beyond
+        the fixed cost included (a commit of 10,000 runs takes most of a second). The cost per
+        run rises at once to a batch that took longer, and falls back slowly."""
+        if runs <= LEAD_SMALL_BATCH:
+            self.commit_s += (0.2 if self._seen else 1.0) * (commit_s - self.commit_s)
+            self._seen = True
             return
-        self.per_run_s += 0.2 * (per_run - self.per_run_s)
-        self.commit_s += 0.2 * (commit_s - self.commit_s)
+        per_run = (prepare_s + max(0.0, commit_s - self.commit_s)) / runs
+        self.per_run_s = max(per_run, self.per_run_s + 0.2 * (per_run - self.per_run_s))
 
 
 class Ahead:
@@ -542,6 +552,7 @@ class Timer:
 
 __all__ = [
     "CLEAR_STALL_S",
+    "LEAD_MAX_PER_RUN_S",
     "LEAD_MAX_S",
     "LEAD_MIN_S",
     "PRECISE_S",

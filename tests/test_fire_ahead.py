@@ -27,7 +27,15 @@ from anyrtd.model import TriggerDef
 from anyrtd.program import RunOutcome, RunRequest
 from anyrtd.records import RecordCache
 from anyrtd.registry import Entry, Registry, new_row
-from anyrtd.timer import LEAD_MAX_S, LEAD_MIN_S, PRECISE_S, Lead, Prepared, Timer
+from anyrtd.timer import (
+    LEAD_MAX_PER_RUN_S,
+    LEAD_MAX_S,
+    LEAD_MIN_S,
+    PRECISE_S,
+    Lead,
+    Prepared,
+    Timer,
+)
 from anyrtd.unit import Unit
 from anyrtd.vocab import RunStatus, Verdict
 
@@ -441,7 +449,18 @@ def test_the_lead_grows_with_the_batch_and_the_measured_time_within_bounds() -> 
     lead.note(100, prepare_s=0.05, commit_s=0.02)
     assert LEAD_MIN_S < lead.of(1) < lead.of(1000) <= LEAD_MAX_S
     lead.note(100, prepare_s=5.0, commit_s=1.0)
-    assert lead.of(10_000) == LEAD_MAX_S
+    assert lead.of(10_000) == LEAD_MAX_S + LEAD_MAX_PER_RUN_S * 10_000
+
+
+def test_the_lead_of_a_large_batch_covers_its_measured_prepare_and_commit() -> None:
+    """A burst of 10,000 that took 1.4 s to prepare and commit on a loaded machine gets a lead
+    beyond 2 s the next time; small batches still get at most about 2 s."""
+    lead = Lead()
+    lead.note(1, prepare_s=0.0001, commit_s=0.01)  # a commit's fixed cost, its fsync
+    lead.note(10_000, prepare_s=0.5, commit_s=0.9)
+    assert lead.of(10_000) >= 1.4 * 2 and lead.of(10_000) > LEAD_MAX_S
+    assert lead.expect(10_000) >= 1.4
+    assert lead.of(10) <= LEAD_MAX_S + LEAD_MAX_PER_RUN_S * 10
 
 
 async def test_a_wall_clock_stepped_back_cancels_what_was_prepared_under_the_later_clock(
