@@ -23,7 +23,7 @@ import operator
 import os
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,7 @@ from anyrtd.program import RunOutcome, RunRequest
 from anyrtd.records import RecordCache
 from anyrtd.registry import Entry, Registry
 from anyrtd.rows import EntryRow, RunRow
-from anyrtd.runner import Runner
+from anyrtd.runner import Launch, Runner
 from anyrtd.runner.process import kill_group, leftover_group, process_start, run_groups
 from anyrtd.runs import BREAKER_STATUSES, duration_ms, rollup
 from anyrtd.unit import Apart, CommitFailed, Unit
@@ -305,19 +305,34 @@ class Firing:
             return None
         return starts, undo
 
-    def start_batch(self, starts: list[Start]) -> list[Coroutine[Any, Any, RunOutcome]]:
+    def ready_batch(self, starts: list[Start]) -> dict[str, Launch]:
+        """Make every run of a prepared batch ready to start (`Runner.ready`), by run id: in
+        its lead, so that at its due time each start costs its program's task alone."""
+        runner = self.runner
+        return {
+            row.run_id: runner.ready(self._request(row, args), self._on_start(row))
+            for _, row, args in starts
+        }
+
+    def start_batch(
+        self, starts: list[Start], ready: Mapping[str, Launch] | None = None
+    ) -> list[Coroutine[Any, Any, RunOutcome]]:
         """Start every program of a prepared batch, before anything else is done for any of
-        them: their run ids in the start journal in one write, then the starts; in-process
-        programs all begin at the loop's next turn (no disk or network work comes between).
-        Return each run's rest, for `started` to follow once the programs had their turn.
-        The caller keeps the garbage collector paused until that turn (`anyrtd/heap.py`)."""
+        them: their run ids in the start journal in one write, then the starts (of the runs
+        made `ready` ahead, by run id, or made ready now); in-process programs all begin at
+        the loop's next turn (no disk or network work comes between). Return each run's
+        rest, for `started` to follow once the programs had their turn. The caller keeps the
+        garbage collector paused until that turn (`anyrtd/heap.py`)."""
         if starts and (journal := self.journal) is not None:
             try:
                 journal.note(*(row.run_id for _, row, _ in starts))
             except OSError as exc:  # they start anyway: a crash now may take them for unstarted
                 log.warning("cannot write the start journal %s: %s", journal.path, exc)
+        runner, ready = self.runner, ready or {}
         runs = [
-            self.runner.start(self._request(row, args), self._on_start(row))
+            runner.go(launch)
+            if (launch := ready.get(row.run_id)) is not None
+            else runner.start(self._request(row, args), self._on_start(row))
             for _, row, args in starts
         ]
         for entry, _, _ in starts:

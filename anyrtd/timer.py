@@ -42,6 +42,7 @@ from anyrtd.heap import gc_paused
 from anyrtd.logs import iso_time
 from anyrtd.registry import Registry
 from anyrtd.rows import EntryRow, RunRow
+from anyrtd.runner import Launch
 from anyrtd.runner.process import run_groups
 from anyrtd.unit import CommitFailed, Unit
 from anyrtd.vocab import Kind, Verdict
@@ -137,6 +138,9 @@ class Prepared:
     starts: dict[str, Start]
     """The batch's runs by trigger id."""
     undo: Undo
+    ready: dict[str, Launch] = field(default_factory=dict)
+    """Its runs made ready to start, by run id (`Firing.ready_batch`); a cancelled run's is
+    left unused."""
 
 
 @dataclass(slots=True)
@@ -385,12 +389,14 @@ class Timer:
         if self.settle is not None:
             self.settle.settle_due(due)
         prepared = await self.firing.prepare_batch(due, now, device, verdict)
-        took = time.perf_counter() - began
         if prepared is None:
             return
         starts, undo = prepared
         if not starts:
             return
+        with gc_paused():  # anyrtd/heap.py
+            ready = self.firing.ready_batch(starts)
+        took = time.perf_counter() - began
         self.lead.note(len(starts), took - self.firing.last_commit_s, self.firing.last_commit_s)
         log.debug(
             "prepared %d runs due at %s in %.1f ms (its commit %.1f ms), %.1f ms ahead of it",
@@ -400,7 +406,7 @@ class Timer:
             self.firing.last_commit_s * 1000,
             (due - self.clock.now()) * 1000,
         )
-        self.prepared.append(Prepared(due, {s[0].id: s for s in starts}, undo))
+        self.prepared.append(Prepared(due, {s[0].id: s for s in starts}, undo, ready))
         self.prepared.sort(key=lambda p: p.due)
 
     async def start(self, batch: Prepared) -> list[str]:
@@ -429,7 +435,7 @@ class Timer:
             # over all the batch built when it comes back on would otherwise come first.
             with gc_paused():
                 behind, began = self.clock.now() - batch.due, time.perf_counter()
-                runs = self.firing.start_batch(starts)
+                runs = self.firing.start_batch(starts, batch.ready)
                 log.debug(
                     "started %d runs due at %s: from %.1f ms after it, for %.1f ms",
                     len(starts),
