@@ -23,7 +23,7 @@ import logging
 import operator
 import os
 import time
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,11 +39,11 @@ from anyrtd.program import RunOutcome, RunRequest
 from anyrtd.records import RecordCache
 from anyrtd.registry import Entry, Registry
 from anyrtd.rows import EntryRow, RunRow
-from anyrtd.runner import Runner
+from anyrtd.runner import Launch, Runner
 from anyrtd.runner.process import kill_group, leftover_group, process_start, run_groups
 from anyrtd.runs import BREAKER_STATUSES
 from anyrtd.unit import CommitFailed, Unit, Writes
-from anyrtd.vocab import Kind, RunState, Verdict
+from anyrtd.vocab import Kind, Verdict
 
 log = logging.getLogger("anyrtd.firing")
 
@@ -118,8 +118,11 @@ class StartJournal:
 
     A run prepared ahead is durable before its due time but its start is noted in the
     mirror only after it (nothing durable is written between the due time and the start).
-    So the id is appended here just before the program starts (the in-process call, or the
-    command's spawn), with no fsync: a killed process's write stays in the page cache. After
+    So the ids of a batch are appended here in one write just before its first program
+    starts (the in-process call, or the command's spawn), with no fsync: a killed process's
+    write stays in the page cache. An id written whose program had not started yet when the
+    process died is taken for a run that may have started: conservative, never a second
+    start. After
     a crash, a run still marked prepared whose id is here may have started (closed as
     interrupted: a `once` never runs twice); one whose id is not never did (discarded: a
     `once` fires late). Only a power loss in the instant after a start can lose a line;
@@ -140,12 +143,14 @@ class StartJournal:
         except OSError:
             return set()
 
-    def note(self, run_id: str) -> None:
-        """Write that the program of run `run_id` starts now."""
+    def note(self, *run_ids: str) -> None:
+        """Write that the programs of runs `run_ids` start now, in one write."""
         if self._fd is None:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        os.write(self._fd, f"{run_id}\n".encode("ascii"))
-        self.written += 1
+        data = "".join(f"{run_id}\n" for run_id in run_ids).encode("ascii")
+        while data:
+            data = data[os.write(self._fd, data) :]
+        self.written += len(run_ids)
 
     def empty(self) -> None:
         """Forget every id written (their starts are noted in the mirror)."""
@@ -297,23 +302,50 @@ class Firing:
             return None
         return starts, undo
 
-    def start_batch(self, starts: list[Start]) -> None:
-        """Start every program of a prepared batch, before anything else is done for any of
-        them: in-process programs all begin at the loop's next turn (no disk or network
-        work comes between)."""
-        with gc_paused():
-            runs = [
-                self.runner.start(self._request(row, args), self._on_start(row))
-                for _, row, args in starts
-            ]
-            for (entry, row, _), ended in zip(starts, runs, strict=True):
-                self._track(entry, row, ended)
+    def ready_batch(self, starts: list[Start]) -> dict[str, Launch]:
+        """Make every run of a prepared batch ready to start (`Runner.ready`), by run id: in
+        its lead, so that at its due time each start costs its program's task alone."""
+        runner = self.runner
+        return {
+            row.run_id: runner.ready(self._request(row, args), self._on_start(row))
+            for _, row, args in starts
+        }
 
-    async def started(self, starts: list[Start]) -> None:
-        """Let the programs of a batch just started take their turn, then log them."""
+    def start_batch(
+        self, starts: list[Start], ready: Mapping[str, Launch] | None = None
+    ) -> list[Coroutine[Any, Any, RunOutcome]]:
+        """Start every program of a prepared batch, before anything else is done for any of
+        them: their run ids in the start journal in one write, then the starts (of the runs
+        made `ready` ahead, by run id, or made ready now); in-process programs all begin at
+        the loop's next turn (no disk or network work comes between). Return each run's
+        rest, for `started` to follow once the programs had their turn. The caller keeps the
+        garbage collector paused until that turn (`anyrtd/heap.py`)."""
+        if starts and (journal := self.journal) is not None:
+            try:
+                journal.note(*(row.run_id for _, row, _ in starts))
+            except OSError as exc:  # they start anyway: a crash now may take them for unstarted
+                log.warning("cannot write the start journal %s: %s", journal.path, exc)
+        runner, ready = self.runner, ready or {}
+        runs = [
+            runner.go(launch)
+            if (launch := ready.get(row.run_id)) is not None
+            else runner.start(self._request(row, args), self._on_start(row))
+            for _, row, args in starts
+        ]
+        for entry, _, _ in starts:
+            self.registry.began(entry.id)
+        return runs
+
+    async def started(
+        self, starts: list[Start], runs: list[Coroutine[Any, Any, RunOutcome]]
+    ) -> None:
+        """Let the programs of a batch just started take their turn, then follow each run
+        to its end in a task of its own, and log them."""
         try:
             await asyncio.sleep(0)  # the programs' turn comes first
         finally:
+            for (entry, row, _), ended in zip(starts, runs, strict=True):
+                self._track(entry, row, ended)
             for entry, row, _ in starts:
                 self._log_firing(entry, row)
 
@@ -519,6 +551,7 @@ class Firing:
     def spawn(self, entry: Entry, row: RunRow, args: dict[str, Any]) -> asyncio.Task[None]:
         """Start a prepared run's program; return its task."""
         ended = self.runner.start(self._request(row, args), self._on_start(row))
+        self.registry.began(entry.id)
         task = self._track(entry, row, ended)
         self._log_firing(entry, row)
         return task
@@ -535,8 +568,7 @@ class Firing:
         )
 
     def _on_start(self, row: RunRow) -> Callable[[float], None]:
-        journal = self.journal if row.state == RunState.PREPARED else None
-        return lambda at: self._started(row, at, journal)
+        return functools.partial(self._started, row)
 
     def _log_firing(self, entry: Entry, row: RunRow) -> None:
         log.info(
@@ -550,8 +582,8 @@ class Firing:
     def _track(
         self, entry: Entry, row: RunRow, ended: Coroutine[Any, Any, RunOutcome]
     ) -> asyncio.Task[None]:
-        """Await a started run to its end in a task of its own, then record it."""
-        self.registry.began(entry.id)
+        """Await a started run to its end in a task of its own, then record it (the caller
+        counted it as begun: `Registry.began`)."""
         task = asyncio.create_task(self._run(entry, row, ended), name=f"run-{row.run_id}")
         self.in_flight.add(task)
         task.add_done_callback(self.in_flight.discard)
@@ -581,19 +613,8 @@ class Firing:
             extra={"trigger": row.trigger_id, "run": row.run_id},
         )
 
-    def _started(self, row: RunRow, at: float, journal: StartJournal | None) -> None:
-        """Note the moment a run's program really started: its `startedAt`, its fire lag,
-        and (prepared ahead) its id in the start journal."""
-        if journal is not None:
-            try:
-                journal.note(row.run_id)
-            except OSError as exc:  # it starts anyway: a crash now may take it for unstarted
-                log.warning(
-                    "cannot write the start journal %s: %s",
-                    journal.path,
-                    exc,
-                    extra={"trigger": row.trigger_id, "run": row.run_id},
-                )
+    def _started(self, row: RunRow, at: float) -> None:
+        """Note the moment a run's program really started: its `startedAt` and its fire lag."""
         lifecycle.started(row, at)
         if row.scheduled_at is not None:
             self.stats.fire_lag.observe(max(0.0, at - row.scheduled_at))

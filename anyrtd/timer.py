@@ -39,9 +39,11 @@ from typing import Protocol
 from anyrtd import lifecycle
 from anyrtd.clock import Clock, SystemClock
 from anyrtd.firing import Firing, Start, Undo
+from anyrtd.heap import gc_paused
 from anyrtd.logs import iso_time
 from anyrtd.registry import Registry
 from anyrtd.rows import EntryRow, RunRow
+from anyrtd.runner import Launch
 from anyrtd.runner.process import run_groups
 from anyrtd.unit import CommitFailed, Unit
 from anyrtd.vocab import Kind, RunState, Verdict
@@ -53,9 +55,15 @@ IDLE_WAKE_S = 60.0
 Chosen (b59cc30): a design bound on how long a stepped wall clock goes unseen; not measured."""
 LEAD_MIN_S = 0.05
 LEAD_MAX_S = 2.0
-"""A batch is prepared at least 50 ms and at most 2 s ahead of its due time.
-Chosen (b7db026, issue 13): a design margin, not measured; the 2 s cap is what a 10k burst's
-preparation cannot hide (issue 22)."""
+LEAD_MAX_PER_RUN_S = 0.001
+"""A batch is prepared at least 50 ms and at most 2 s ahead of its due time, plus 1 ms a run:
+a large batch's prepare and commit fit its lead (10,000 runs took 1.3 s on the reference
+machine and 2.0 s under a profiler, docs/benchmarks.md, where 2 s was the cap).
+Chosen (b7db026, issue 13; the per-run part issue 22): a design margin, about seven times
+the measured 0.13 ms a run."""
+LEAD_SMALL_BATCH = 10
+"""A batch of at most this many runs tells a commit's fixed cost (its fsync); a larger one the
+cost per run (`Lead.note`)."""
 CLEAR_STALL_S = 0.02
 """About how long the event loop is held by the longest stretches of work besides the
 timer's (a tick, a drain's encoding, a feed page's decoding): `Timer.clear_of`.
@@ -131,6 +139,9 @@ class Prepared:
     starts: dict[str, Start]
     """The batch's runs by trigger id."""
     undo: Undo
+    ready: dict[str, Launch] = field(default_factory=dict)
+    """Its runs made ready to start, by run id (`Firing.ready_batch`); a cancelled run's is
+    left unused."""
 
 
 @dataclass(slots=True)
@@ -147,16 +158,20 @@ class Lead:
 
     def of(self, runs: int) -> float:
         """Return how far ahead of its due time a batch of `runs` is prepared."""
-        return min(LEAD_MAX_S, LEAD_MIN_S + LEAD_FACTOR * self.expect(runs))
+        cap = LEAD_MAX_S + LEAD_MAX_PER_RUN_S * runs
+        return min(cap, LEAD_MIN_S + LEAD_FACTOR * self.expect(runs))
 
     def note(self, runs: int, prepare_s: float, commit_s: float) -> None:
-        """Note how long a batch of `runs` took to prepare and to commit."""
-        per_run = prepare_s / max(1, runs)
-        if not self._seen:
-            self.per_run_s, self.commit_s, self._seen = per_run, commit_s, True
+        """Note how long a batch of `runs` took to prepare and to commit. A small batch tells
+        the commit's fixed cost (its fsync); a larger one the cost per run, its commit beyond
+        the fixed cost included (a commit of 10,000 runs takes most of a second). The cost per
+        run rises at once to a batch that took longer, and falls back slowly."""
+        if runs <= LEAD_SMALL_BATCH:
+            self.commit_s += (0.2 if self._seen else 1.0) * (commit_s - self.commit_s)
+            self._seen = True
             return
-        self.per_run_s += 0.2 * (per_run - self.per_run_s)
-        self.commit_s += 0.2 * (commit_s - self.commit_s)
+        per_run = (prepare_s + max(0.0, commit_s - self.commit_s)) / runs
+        self.per_run_s = max(per_run, self.per_run_s + 0.2 * (per_run - self.per_run_s))
 
 
 class Ahead:
@@ -375,14 +390,24 @@ class Timer:
         if self.settle is not None:
             self.settle.settle_due(due)
         prepared = await self.firing.prepare_batch(due, now, device, verdict)
-        took = time.perf_counter() - began
         if prepared is None:
             return
         starts, undo = prepared
         if not starts:
             return
+        with gc_paused():  # anyrtd/heap.py
+            ready = self.firing.ready_batch(starts)
+        took = time.perf_counter() - began
         self.lead.note(len(starts), took - self.firing.last_commit_s, self.firing.last_commit_s)
-        self.prepared.append(Prepared(due, {s[0].id: s for s in starts}, undo))
+        log.debug(
+            "prepared %d runs due at %s in %.1f ms (its commit %.1f ms), %.1f ms ahead of it",
+            len(starts),
+            iso_time(due),
+            took * 1000,
+            self.firing.last_commit_s * 1000,
+            (due - self.clock.now()) * 1000,
+        )
+        self.prepared.append(Prepared(due, {s[0].id: s for s in starts}, undo, ready))
         self.prepared.sort(key=lambda p: p.due)
 
     async def start(self, batch: Prepared) -> list[str]:
@@ -410,8 +435,19 @@ class Timer:
                 starts.append(start)
         self._starting = True  # from the starts (their journal lines) to their notes
         try:
-            self.firing.start_batch(starts)
-            await self.firing.started(starts)
+            # The collector waits until every program has taken its first turn: the pass
+            # over all the batch built when it comes back on would otherwise come first.
+            with gc_paused():
+                behind, began = self.clock.now() - batch.due, time.perf_counter()
+                runs = self.firing.start_batch(starts, batch.ready)
+                log.debug(
+                    "started %d runs due at %s: from %.1f ms after it, for %.1f ms",
+                    len(starts),
+                    iso_time(batch.due),
+                    behind * 1000,
+                    (time.perf_counter() - began) * 1000,
+                )
+                await self.firing.started(starts, runs)
             self.firing.note_started(batch.due, starts, skipped, gone)
         finally:
             self._starting = False
@@ -500,6 +536,7 @@ class Timer:
 
 __all__ = [
     "CLEAR_STALL_S",
+    "LEAD_MAX_PER_RUN_S",
     "LEAD_MAX_S",
     "LEAD_MIN_S",
     "PRECISE_S",

@@ -172,12 +172,25 @@ class Child:
             await self.proc.wait()
 
 
+@dataclass(frozen=True)
+class Logs:
+    """How each scheduler under test logs: anyrtd at a level (INFO, as `anyrtd serve` does),
+    APScheduler with Python's logging unconfigured (nothing below WARNING, as its users run
+    it) unless `aps_info`."""
+
+    anyrtd: str = "INFO"
+    aps_info: bool = False
+    timer: bool = False
+    """Also anyrtd's timer lines at DEBUG (`anyrtd.timer`): each batch's prepare and start."""
+
+
 class Setup:
     """What one scheduler's measurement needs: a devserver (anyrtd only) and the child."""
 
-    def __init__(self, kind: str, tmp: Path) -> None:
+    def __init__(self, kind: str, tmp: Path, logs: Logs | None = None) -> None:
         self.kind = kind
         self.tmp = tmp
+        self.logs = Logs() if logs is None else logs
         self.state = tmp / "state"
         self.state.mkdir(exist_ok=True)
         self.server: subprocess.Popen[str] | None = None
@@ -209,9 +222,16 @@ class Setup:
     def child(self) -> Child:
         params: dict[str, Any] = {}
         if self.kind == "anyrtd":
-            params = {"url": self.url, "state": str(self.state)}
+            params = {
+                "url": self.url,
+                "state": str(self.state),
+                "log_level": self.logs.anyrtd,
+                "timer_log": self.logs.timer,
+            }
         elif self.kind == "aps-sqlite":
             params = {"sqlite": str(self.tmp / "jobs.sqlite3")}
+        if self.kind != "anyrtd":
+            params["aps_log_info"] = self.logs.aps_info
         child = Child(self.kind, params, self.tmp / f"{self.kind}-{len(self.children)}.log")
         self.children.append(child)
         return child
@@ -252,9 +272,11 @@ def lag_summary(lags: Sequence[float]) -> dict[str, Any]:
     }
 
 
-async def run_spread(sc: Scenario, kind: str, tmp: Path, py_spy: Path | None) -> dict[str, Any]:
+async def run_spread(
+    sc: Scenario, kind: str, tmp: Path, py_spy: Path | None, logs: Logs
+) -> dict[str, Any]:
     """Add `n` interval triggers ten at a time across one period; measure a window after."""
-    async with Setup(kind, tmp) as setup:
+    async with Setup(kind, tmp, logs) as setup:
         child = setup.child()
         ready = await child.start()
         base = ready["size"]
@@ -336,9 +358,11 @@ CALIBRATION = 100
 """How many jobs APScheduler adds (and removes) to time its adding before a burst."""
 
 
-async def run_burst(sc: Scenario, kind: str, tmp: Path, py_spy: Path | None) -> dict[str, Any]:
+async def run_burst(
+    sc: Scenario, kind: str, tmp: Path, py_spy: Path | None, logs: Logs
+) -> dict[str, Any]:
     """Write `n` once triggers due at the same instant; measure their starts and records."""
-    async with Setup(kind, tmp) as setup:
+    async with Setup(kind, tmp, logs) as setup:
         child = setup.child()
         ready = await child.start()
         follower: asyncio.Task[dict[str, Any]] | None = None
@@ -457,9 +481,11 @@ def stop_py_spy(spy: subprocess.Popen[bytes]) -> None:
     spy.wait(60)
 
 
-async def run_idle(sc: Scenario, kind: str, tmp: Path, settle_s: float) -> dict[str, Any]:
+async def run_idle(
+    sc: Scenario, kind: str, tmp: Path, settle_s: float, logs: Logs
+) -> dict[str, Any]:
     """Hold `n` triggers with nothing due: CPU per second, memory, and a restart (anyrtd)."""
-    async with Setup(kind, tmp) as setup:
+    async with Setup(kind, tmp, logs) as setup:
         out: dict[str, Any] = {"triggers": sc.n}
         if kind == "anyrtd":
             t0 = time.perf_counter()
@@ -647,7 +673,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "quick": args.quick,
     }
     settle_s = 2.0 if args.quick else 12.0
-    with tempfile.TemporaryDirectory(prefix="bench-fire-") as tmp:
+    logs = Logs(anyrtd=args.anyrtd_log, aps_info=args.aps_log_info, timer=args.timer_log)
+    results["logs"] = {"anyrtd": logs.anyrtd, "aps": "INFO" if logs.aps_info else "unconfigured"}
+    keep = contextlib.nullcontext(str(args.work)) if args.work else None
+    with keep or tempfile.TemporaryDirectory(prefix="bench-fire-") as tmp:
         for name in chosen:
             sc = table[name]
             results[name] = {}
@@ -660,11 +689,11 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 try:
                     async with asyncio.timeout(budget_s(sc)):
                         if sc.kind == "spread":
-                            res = await run_spread(sc, kind, where, args.py_spy)
+                            res = await run_spread(sc, kind, where, args.py_spy, logs)
                         elif sc.kind == "burst":
-                            res = await run_burst(sc, kind, where, args.py_spy)
+                            res = await run_burst(sc, kind, where, args.py_spy, logs)
                         else:
-                            res = await run_idle(sc, kind, where, settle_s)
+                            res = await run_idle(sc, kind, where, settle_s, logs)
                 except (TimeoutError, RuntimeError) as exc:
                     what = str(exc) or f"no result within {budget_s(sc):.0f} s"
                     res = {"error": f"{exc.__class__.__name__}: {what}"}
@@ -689,6 +718,27 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         action="append",
         choices=SCHEDULERS,
         help="measure only this scheduler (repeatable); default all",
+    )
+    parser.add_argument(
+        "--anyrtd-log",
+        default="INFO",
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        help="anyrtd's log level (default INFO, as `anyrtd serve` logs)",
+    )
+    parser.add_argument(
+        "--aps-log-info",
+        action="store_true",
+        help="log APScheduler at INFO to a file (default: logging unconfigured, as users run it)",
+    )
+    parser.add_argument(
+        "--timer-log",
+        action="store_true",
+        help="log anyrtd's timer at DEBUG: each batch's prepare and start times (with --work)",
+    )
+    parser.add_argument(
+        "--work",
+        type=Path,
+        help="an empty folder for the children's state and logs, kept (default: a temporary one)",
     )
     parser.add_argument("--json", type=Path, help="write the results to this file")
     parser.add_argument(

@@ -1,8 +1,9 @@
 """Summarize a py-spy profile in collapsed-stack form (`py-spy record --format raw`).
 
-Run: `python -m bench.profile_summary FILE [--top 25] [--under anyrtd/]`. Prints, for each
-function (file:function), its share of the samples with it anywhere on the stack
-(inclusive) and as the innermost frame (self), largest first.
+Run: `python -m bench.profile_summary FILE [--top 25] [--under anyrtd/] [--within FUNCTION]`.
+Prints, for each function (file:function), its share of the samples with it anywhere on the
+stack (inclusive) and as the innermost frame (self), largest first; with `--within`, of the
+samples inside that function only.
 """
 
 from __future__ import annotations
@@ -29,8 +30,10 @@ def frame_name(frame: str) -> str:
     return f"{path}:{match['fn']}"
 
 
-def summarize(lines: Iterable[str]) -> tuple[int, Counter[str], Counter[str]]:
-    """Return the sample count, and the inclusive and self samples of each function."""
+def summarize(lines: Iterable[str], within: str = "") -> tuple[int, Counter[str], Counter[str]]:
+    """Return the sample count, and the inclusive and self samples of each function; only
+    of the samples with a function named `within` (its `file:function` ends so) on the stack,
+    when given, and of the frames from its outermost call inward."""
     total = 0
     inclusive: Counter[str] = Counter()
     own: Counter[str] = Counter()
@@ -40,6 +43,11 @@ def summarize(lines: Iterable[str]) -> tuple[int, Counter[str], Counter[str]]:
             continue
         n = int(count)
         frames = [frame_name(f) for f in stack.split(";") if f]
+        if within:
+            inside = [i for i, name in enumerate(frames) if name.endswith(within)]
+            if not inside:
+                continue
+            frames = frames[inside[0] :]
         total += n
         for name in set(frames):
             inclusive[name] += n
@@ -53,8 +61,14 @@ def main() -> None:
     parser.add_argument("profile", type=Path)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--under", default="", help="only functions whose file starts so")
+    parser.add_argument(
+        "--within",
+        default="",
+        help="only the samples inside this function (`file:function` ends so, e.g. "
+        "`Firing.start_batch`), as shares of them",
+    )
     args = parser.parse_args()
-    total, inclusive, own = summarize(args.profile.read_text().splitlines())
+    total, inclusive, own = summarize(args.profile.read_text().splitlines(), args.within)
     print(f"{total} samples")
     for title, table in (("inclusive", inclusive), ("self", own)):
         print(f"\n{title}:")

@@ -27,7 +27,15 @@ from anyrtd.model import TriggerDef
 from anyrtd.program import RunOutcome, RunRequest
 from anyrtd.records import RecordCache
 from anyrtd.registry import Entry, Registry, new_row
-from anyrtd.timer import LEAD_MAX_S, LEAD_MIN_S, PRECISE_S, Lead, Prepared, Timer
+from anyrtd.timer import (
+    LEAD_MAX_PER_RUN_S,
+    LEAD_MAX_S,
+    LEAD_MIN_S,
+    PRECISE_S,
+    Lead,
+    Prepared,
+    Timer,
+)
 from anyrtd.unit import Unit
 from anyrtd.vocab import RunState, RunStatus, Verdict
 
@@ -76,6 +84,16 @@ class Runner:
             return RunOutcome(RunStatus.OK, None, None, at, at, 0)
 
         return ended()
+
+    def ready(
+        self, req: RunRequest, on_start: Callable[[float], None] | None = None
+    ) -> tuple[RunRequest, Callable[[float], None] | None]:
+        return req, on_start
+
+    def go(
+        self, launch: tuple[RunRequest, Callable[[float], None] | None]
+    ) -> Coroutine[Any, Any, RunOutcome]:
+        return self.start(*launch)
 
 
 class Stage:
@@ -332,6 +350,27 @@ async def test_each_prepared_start_is_journaled_before_it_and_the_journal_emptie
     assert journal.read() == set() and journal.written == 0
 
 
+async def test_the_start_journal_holds_every_id_of_a_batch_before_its_first_program_starts(
+    stage: Stage,
+) -> None:
+    await stage.timer.settle_open([], [], {}, T0)
+    journal = stage.firing.journal
+    assert journal is not None
+    shots = [record(f"shot{i}", kind="once", spec={"at": AT}) for i in range(3)]
+    stage.adopt(*shots)
+    stage.clock.set(AT - 0.5)
+    await stage.timer.prepare(AT, stage.clock.now())
+    seen: list[set[str]] = []
+    stage.runner.on_each_start = lambda: seen.append(journal.read())
+    stage.clock.set(AT)
+    run_ids = await stage.timer.fire_now(AT)
+    assert len(run_ids) == 3 and len(seen) == 3
+    assert seen[0] == set(run_ids)  # one write for the batch, before the first start
+    assert journal.written == 3
+    await stage.timer.wait_noted()
+    assert journal.read() == set()
+
+
 async def test_the_batches_started_within_the_note_wait_are_noted_in_one_commit(
     stage: Stage, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -423,7 +462,18 @@ def test_the_lead_grows_with_the_batch_and_the_measured_time_within_bounds() -> 
     lead.note(100, prepare_s=0.05, commit_s=0.02)
     assert LEAD_MIN_S < lead.of(1) < lead.of(1000) <= LEAD_MAX_S
     lead.note(100, prepare_s=5.0, commit_s=1.0)
-    assert lead.of(10_000) == LEAD_MAX_S
+    assert lead.of(10_000) == LEAD_MAX_S + LEAD_MAX_PER_RUN_S * 10_000
+
+
+def test_the_lead_of_a_large_batch_covers_its_measured_prepare_and_commit() -> None:
+    """A burst of 10,000 that took 1.4 s to prepare and commit on a loaded machine gets a lead
+    beyond 2 s the next time; small batches still get at most about 2 s."""
+    lead = Lead()
+    lead.note(1, prepare_s=0.0001, commit_s=0.01)  # a commit's fixed cost, its fsync
+    lead.note(10_000, prepare_s=0.5, commit_s=0.9)
+    assert lead.of(10_000) >= 1.4 * 2 and lead.of(10_000) > LEAD_MAX_S
+    assert lead.expect(10_000) >= 1.4
+    assert lead.of(10) <= LEAD_MAX_S + LEAD_MAX_PER_RUN_S * 10
 
 
 async def test_a_wall_clock_stepped_back_cancels_what_was_prepared_under_the_later_clock(

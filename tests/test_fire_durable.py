@@ -86,6 +86,16 @@ class Runner:
 
         return ended()
 
+    def ready(
+        self, req: RunRequest, on_start: Callable[[float], None] | None = None
+    ) -> tuple[RunRequest, Callable[[float], None] | None]:
+        return req, on_start
+
+    def go(
+        self, launch: tuple[RunRequest, Callable[[float], None] | None]
+    ) -> Coroutine[Any, Any, RunOutcome]:
+        return self.start(*launch)
+
 
 class Stage:
     def __init__(self) -> None:

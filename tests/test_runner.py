@@ -207,6 +207,37 @@ async def test_program_that_returns_is_ok_with_its_result_and_log(make_runner: M
     assert runner.in_flight == 0
 
 
+async def test_a_run_made_ready_starts_only_when_it_goes(make_runner: MakeRunner) -> None:
+    calls: list[Mapping[str, Any]] = []
+
+    async def main(args: Mapping[str, Any], ctx: ProgramContext) -> dict[str, Any]:
+        calls.append(args)
+        return {"title": "went"}
+
+    runner = make_runner(programs={"x:went@v1": main})
+    starts: list[float] = []
+    launch = runner.ready(request("x:went@v1", {"n": 1}), starts.append)
+    await asyncio.sleep(0)
+    assert calls == [] and starts == [] and runner.in_flight == 0
+    outcome = await runner.go(launch)
+    assert outcome.status == "ok" and outcome.result == {"title": "went"}
+    assert calls == [{"n": 1}] and starts == [outcome.started_at]
+
+
+async def test_a_run_made_ready_before_the_program_table_changed_is_made_ready_again(
+    make_runner: MakeRunner,
+) -> None:
+    runner = make_runner()
+    launch = runner.ready(request("x:late@v1"))  # not installed yet
+
+    async def main(args: Mapping[str, Any], ctx: ProgramContext) -> None:
+        return None
+
+    runner.install("x:late@v1", main)
+    outcome = await runner.go(launch)
+    assert outcome.status == "ok"
+
+
 async def test_program_that_raises_fails_with_the_exception_class(make_runner: MakeRunner) -> None:
     class QuotaExhausted(RuntimeError):
         pass
@@ -758,12 +789,13 @@ async def test_a_command_that_cannot_be_started_fails_instead_of_raising(
 
 
 async def test_command_runs_leave_no_descriptors_open(make_runner: MakeRunner) -> None:
+    # The shell, not an interpreter: twenty start well within the budget on a busy machine.
     runner = make_runner(
         commands={
-            "mine:ok@v1": py("print('fine')"),
-            "mine:slow@v1": py("import time; time.sleep(60)"),
+            "mine:ok@v1": CommandProgram(argv=("/bin/sh", "-c", "echo fine")),
+            "mine:slow@v1": CommandProgram(argv=("/bin/sh", "-c", "exec sleep 60")),
         },
-        timeout_s=0.5,
+        timeout_s=2.0,
         kill_grace_s=0.2,
     )
     await runner.run(request("mine:ok@v1"))  # let asyncio set up its child watcher first

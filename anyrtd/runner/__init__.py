@@ -13,6 +13,6 @@ What a program implements (`ProgramContext`, `ProgramFn`, `RunRequest`, `RunOutc
 """
 
 from anyrtd.runner.resolve import ENTRY_POINT_GROUP, Program
-from anyrtd.runner.run import Runner
+from anyrtd.runner.run import Launch, Runner
 
-__all__ = ["ENTRY_POINT_GROUP", "Program", "Runner"]
+__all__ = ["ENTRY_POINT_GROUP", "Launch", "Program", "Runner"]

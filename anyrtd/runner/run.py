@@ -85,6 +85,22 @@ class _Flight:
             self.stop.set_result(why)
 
 
+@dataclass(slots=True)
+class Launch:
+    """A run made ready to start (`Runner.ready`): all of it but its start (`Runner.go`)."""
+
+    req: RunRequest
+    on_start: Callable[[float], None] | None
+    capture: Capture
+    flight: _Flight
+    program: Program | Exception | None
+    """The program found, None when none is installed, or the runner's own failure."""
+    call: Callable[[], Coroutine[Any, Any, Any]] | None
+    """An in-process program's call, made a task when the run starts."""
+    generation: int
+    """The runner's `generation` it was made ready in."""
+
+
 @dataclass
 class _Ended:
     status: RunStatus
@@ -129,6 +145,9 @@ class Runner:
         if watch_stalls is None:
             watch_stalls = isinstance(clock, SystemClock)
         self._stalls = Stalls(clock, watch=watch_stalls)
+        self.generation = 0
+        """Counts the changes of the program table and the budget: a run made ready before
+        one is made ready again when it starts (`go`)."""
 
     @property
     def in_flight(self) -> int:
@@ -158,6 +177,7 @@ class Runner:
             if not timeout_s > 0:
                 raise ValueError(f"run budget must be greater than 0 s, got {timeout_s!r}")
             self._timeout_s = timeout_s
+            self.generation += 1
         if commands is not None:
             self._programs.set_commands(commands)
         self.rescan_entry_points()
@@ -173,6 +193,7 @@ class Runner:
         `event_only`: the program runs only on an event, and this says why (a run by hand
         of it is refused, `by_hand`)."""
         self._programs.install(spec, main)
+        self.generation += 1
         if event_only is not None:
             self._event_only[spec] = event_only
 
@@ -192,6 +213,7 @@ class Runner:
     def rescan_entry_points(self) -> None:
         """Forget the entry-point index so newly installed packages are seen."""
         self._programs.rescan_entry_points()
+        self.generation += 1
 
     # running
 
@@ -218,19 +240,43 @@ class Runner:
         command is spawned when the coroutine first runs, each in the task that awaits it,
         none waiting for another. The coroutine must be awaited.
         """
+        return self.go(self.ready(req, on_start))
+
+    def ready(self, req: RunRequest, on_start: Callable[[float], None] | None = None) -> Launch:
+        """Make one run ready to start (`go`): its capture, its program found, its context and
+        its own copy of the args, but no task yet. A batch prepared ahead of its due time is
+        made ready in its lead, so that at the due time each start costs its task alone."""
         capture = Capture(self._output_cap)
         flight = _Flight(asyncio.get_running_loop(), self._timeout_s, self._clock, on_start)
-        self._flights.add(flight)
-        launched: tuple[Program | None, asyncio.Task[Any] | None] | Exception
+        program: Program | Exception | None
+        call = None
         try:
             program = self.resolve(req.program)
-            call = None
             if program is not None and program.main is not None:
                 call = self._call(program.main, req, capture, flight)
-            launched = (program, call)
         except Exception as exc:  # a bug of the runner itself: reported by the coroutine
-            launched = exc
-        return self._finish(req, launched, capture, flight)
+            program = exc
+        return Launch(req, on_start, capture, flight, program, call, self.generation)
+
+    def go(self, launch: Launch) -> Coroutine[Any, Any, RunOutcome]:
+        """Start a run made ready (`ready`); return the coroutine that runs it to its end, as
+        `start` does. A run made ready before the program table or the budget changed is
+        made ready again first."""
+        if launch.generation != self.generation:
+            launch = self.ready(launch.req, launch.on_start)
+        self._flights.add(launch.flight)
+        launched: tuple[Program | None, asyncio.Task[Any] | None] | Exception
+        if isinstance(launch.program, Exception):
+            launched = launch.program
+        elif launch.call is None:
+            launched = (launch.program, None)
+        else:
+            try:
+                task = asyncio.create_task(launch.call(), name=f"anyrtd-run-{launch.req.run_id}")
+                launched = (launch.program, task)
+            except Exception as exc:  # a bug of the runner itself: reported by the coroutine
+                launched = exc
+        return self._finish(launch.req, launched, launch.capture, launch.flight)
 
     async def _finish(
         self,
@@ -312,9 +358,9 @@ class Runner:
 
     def _call(
         self, main: ProgramFn, req: RunRequest, capture: Capture, flight: _Flight
-    ) -> asyncio.Task[Any]:
-        """Create the task that calls an in-process program (it starts at the loop's next
-        turn)."""
+    ) -> Callable[[], Coroutine[Any, Any, Any]]:
+        """Return the call of an in-process program, its context and args built (its task
+        starts it at the loop's next turn)."""
         ctx = ProgramContext(
             run_id=req.run_id,
             trigger_id=req.trigger_id,
@@ -339,7 +385,7 @@ class Runner:
                 )
             return await value
 
-        return asyncio.create_task(call(), name=f"anyrtd-run-{req.run_id}")
+        return call
 
     async def _run_in_process(
         self, task: asyncio.Task[Any], req: RunRequest, capture: Capture, flight: _Flight
