@@ -350,6 +350,27 @@ async def test_each_prepared_start_is_journaled_before_it_and_the_journal_emptie
     assert journal.read() == set() and journal.written == 0
 
 
+async def test_starts_noted_after_the_mirror_closed_leave_the_journal_as_it_is(
+    stage: Stage,
+) -> None:
+    """The mirror closed (the daemon stopping, or gone) between a start and its note: the
+    note's commit writes nothing, so the journal keeps the id for the next start."""
+    await stage.timer.settle_open([], [], {}, T0)
+    journal = stage.firing.journal
+    assert journal is not None
+    stage.adopt(ONCE)
+    stage.clock.set(AT - 0.5)
+    await stage.timer.prepare(AT, stage.clock.now())
+    stage.clock.set(AT)
+    [run_id] = await stage.timer.fire_now(AT)
+    stage.unit.db = None
+    await stage.timer.wait_noted()
+    assert journal.read() == {run_id}
+    stage.unit.db = stage.db
+    [(state,)] = stage.sql(f"SELECT state FROM runs WHERE run_id = '{run_id}'")
+    assert state == RunState.PREPARED  # what a restart settles by the journal
+
+
 async def test_the_start_journal_holds_every_id_of_a_batch_before_its_first_program_starts(
     stage: Stage,
 ) -> None:
