@@ -43,7 +43,7 @@ from anyrtd.runner import Launch, Runner
 from anyrtd.runner.process import kill_group, leftover_group, process_start, run_groups
 from anyrtd.runs import BREAKER_STATUSES
 from anyrtd.unit import CommitFailed, Unit, Writes
-from anyrtd.vocab import Kind, Verdict
+from anyrtd.vocab import Kind, RunState, Verdict
 
 log = logging.getLogger("anyrtd.firing")
 
@@ -118,12 +118,9 @@ class StartJournal:
 
     A run prepared ahead is durable before its due time but its start is noted in the
     mirror only after it (nothing durable is written between the due time and the start).
-    So the ids of a batch are appended here in one write just before its first program
-    starts (the in-process call, or the command's spawn), with no fsync: a killed process's
-    write stays in the page cache. An id written whose program had not started yet when the
-    process died is taken for a run that may have started: conservative, never a second
-    start. After
-    a crash, a run still marked prepared whose id is here may have started (closed as
+    So each id is appended here just before its program starts (the in-process call, or
+    the command's spawn), with no fsync: a killed process's write stays in the page cache.
+    After a crash, a run still marked prepared whose id is here may have started (closed as
     interrupted: a `once` never runs twice); one whose id is not never did (discarded: a
     `once` fires late). Only a power loss in the instant after a start can lose a line;
     that run is then taken for one that never started (docs/schedule.md). Emptied once
@@ -315,16 +312,12 @@ class Firing:
         self, starts: list[Start], ready: Mapping[str, Launch] | None = None
     ) -> list[Coroutine[Any, Any, RunOutcome]]:
         """Start every program of a prepared batch, before anything else is done for any of
-        them: their run ids in the start journal in one write, then the starts (of the runs
-        made `ready` ahead, by run id, or made ready now); in-process programs all begin at
-        the loop's next turn (no disk or network work comes between). Return each run's
-        rest, for `started` to follow once the programs had their turn. The caller keeps the
-        garbage collector paused until that turn (`anyrtd/heap.py`)."""
-        if starts and (journal := self.journal) is not None:
-            try:
-                journal.note(*(row.run_id for _, row, _ in starts))
-            except OSError as exc:  # they start anyway: a crash now may take them for unstarted
-                log.warning("cannot write the start journal %s: %s", journal.path, exc)
+        them (of the runs made `ready` ahead, by run id, or made ready now); in-process
+        programs all begin at the loop's next turn (no disk or network work comes between),
+        each run's id written to the start journal just before its program starts
+        (`_started`). Return each run's rest, for `started` to follow once the programs had
+        their turn. The caller keeps the garbage collector paused until that turn
+        (`anyrtd/heap.py`)."""
         runner, ready = self.runner, ready or {}
         runs = [
             runner.go(launch)
@@ -568,7 +561,8 @@ class Firing:
         )
 
     def _on_start(self, row: RunRow) -> Callable[[float], None]:
-        return functools.partial(self._started, row)
+        journal = self.journal if row.state == RunState.PREPARED else None
+        return functools.partial(self._started, row, journal)
 
     def _log_firing(self, entry: Entry, row: RunRow) -> None:
         log.info(
@@ -613,8 +607,23 @@ class Firing:
             extra={"trigger": row.trigger_id, "run": row.run_id},
         )
 
-    def _started(self, row: RunRow, at: float) -> None:
-        """Note the moment a run's program really started: its `startedAt` and its fire lag."""
+    def _started(self, row: RunRow, journal: StartJournal | None, at: float) -> None:
+        """Note the moment a run's program really starts (the runner calls it just before
+        the in-process call, or the command's spawn): for a prepared run its id in the start
+        journal, then its `startedAt` and its fire lag. Written one by one: an id in the
+        journal is taken for a run that may have started, so none is written before its
+        own start (a batch's ids written at once lost the `once`s of the programs not yet
+        started when a kill came)."""
+        if journal is not None:
+            try:
+                journal.note(row.run_id)
+            except OSError as exc:  # it starts anyway: a crash now may take it for unstarted
+                log.warning(
+                    "cannot write the start journal %s: %s",
+                    journal.path,
+                    exc,
+                    extra={"trigger": row.trigger_id, "run": row.run_id},
+                )
         lifecycle.started(row, at)
         if row.scheduled_at is not None:
             self.stats.fire_lag.observe(max(0.0, at - row.scheduled_at))
