@@ -82,6 +82,19 @@ def consumption(at: float) -> dict[str, Any]:
 def prepare(w: Writes, entry: Entry, due: float, start_at: float, device: str) -> RunRow:
     """due → prepared: the run of `entry`'s occurrence `due`, to start at `start_at` (its
     due time, or now for an occurrence already late). Writes the run row only."""
+    return _new_run(w, entry, due, start_at, device, RunState.PREPARED)
+
+
+def begin(w: Writes, entry: Entry, due: float | None, now: float, device: str) -> RunRow:
+    """due → running, for a run never prepared ahead (by hand: `due` None; an event's: the
+    message's time). Writes the run row."""
+    return _new_run(w, entry, due, now, device, RunState.RUNNING)
+
+
+def _new_run(
+    w: Writes, entry: Entry, due: float | None, start_at: float, device: str, state: RunState
+) -> RunRow:
+    """Write and return the row of a new run of `entry` in `state`."""
     defn = entry.defn
     row = RunRow(
         run_id=new_run_id(),
@@ -90,24 +103,7 @@ def prepare(w: Writes, entry: Entry, due: float, start_at: float, device: str) -
         device=device,
         scheduled_at=due,
         started_at=start_at,
-        state=RunState.PREPARED,
-    )
-    w.save_run(row)
-    return row
-
-
-def begin(w: Writes, entry: Entry, due: float | None, now: float, device: str) -> RunRow:
-    """due → running, for a run never prepared ahead (by hand: `due` None; an event's: the
-    message's time). Writes the run row."""
-    defn = entry.defn
-    row = RunRow(
-        run_id=new_run_id(),
-        trigger_id=defn.id,
-        program=defn.program,
-        device=device,
-        scheduled_at=due,
-        started_at=now,
-        state=RunState.RUNNING,
+        state=state,
     )
     w.save_run(row)
     return row
