@@ -61,6 +61,7 @@ class Daemon:
         gate: Gate | None = None,
         runner: Runner | None = None,
         confirm_after: float | None = None,
+        hurry: asyncio.Event | None = None,
     ) -> None:
         self.config = config
         self.clock: Clock = clock or SystemClock()
@@ -88,7 +89,8 @@ class Daemon:
         self._drain_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
-        self.hurry = asyncio.Event()  # set by a second stop signal: interrupt runs at once
+        self.hurry = hurry or asyncio.Event()
+        """Set by a second stop signal: interrupt the runs in flight at once."""
         # The stages, each built with what it calls (docs/architecture.md).
         self.unit = Unit(self.records, on_outbox=self._outbox_wake.queued)
         self.fence = Fence.of(config)

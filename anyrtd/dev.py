@@ -144,9 +144,7 @@ async def run_dev(
             has_sample = await ensure_sample(client, config.space, create=sample)
             new_id, new_exists = await _free_id(Records(client, config.space), "hello")
         try:
-            daemon, control = await start_daemon(config)
-            if hurry is not None:
-                daemon.hurry = hurry
+            daemon, control = await start_daemon(config, hurry)
         except StartError as exc:
             raise DevError(str(exc)) from None
         try:

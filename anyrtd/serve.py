@@ -97,8 +97,11 @@ def raise_nofile_limit() -> int:
     return target
 
 
-async def start_daemon(config: Config) -> tuple[Daemon, ControlServer]:
-    """Open the mirror, listen on the control API and run the first reconcile.
+async def start_daemon(
+    config: Config, hurry: asyncio.Event | None = None
+) -> tuple[Daemon, ControlServer]:
+    """Open the mirror, listen on the control API and run the first reconcile. `hurry`: the
+    event a second stop signal sets (the daemon makes its own when none is given).
 
     Raise `StartError` (with what to do) when the mirror cannot be used (lost, damaged,
     unwritable, its schema not at head) or the control API cannot listen; what was started
@@ -106,7 +109,8 @@ async def start_daemon(config: Config) -> tuple[Daemon, ControlServer]:
     """
     raise_nofile_limit()
     client = ServerClient(config.server)
-    daemon = Daemon(config, client=client, gate=Election(client, poll_s=config.election_poll_s))
+    gate = Election(client, poll_s=config.election_poll_s)
+    daemon = Daemon(config, client=client, gate=gate, hurry=hurry)
     try:
         await daemon.open()
     except MirrorFault as exc:
