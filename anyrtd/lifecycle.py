@@ -3,7 +3,7 @@
 ```
 due ─prepare─▶ prepared ─started─▶ started ─note─▶ running ─end─▶ ended (ok, FAILED, incomplete)
  │                 │                                  │
- │                 ├─cancel─▶ cancelled (no row)       └─interrupt─▶ ended (interrupted)
+ │                 ├─cancel─▶ cancelled (no row)       └─end─▶ ended (interrupted)
  │                 └─skip─▶ (no row: a missed or overlapping cron occurrence)
  └─begin─▶ running (a run by hand, or an event's: never prepared ahead)
 ```
@@ -30,7 +30,8 @@ What each transition writes:
 - `begin` (due → running, a run by hand or an event's, never prepared): the run row.
 - `end` (running → ended): the run row with its outcome, the `agent_runs` record, the
   rollup and the breaker as a trigger write, the entry's row.
-- `interrupt` (running → ended `interrupted`): as `end`; no breaker count.
+- `end` with the outcome `interrupted` (running → ended `interrupted`, a run a crash left
+  in flight): as `end`; no breaker count.
 
 What a restart does with a run found in each state (`settle_at_open`, then the firing
 stage's `close_interrupted`):
@@ -42,8 +43,8 @@ stage's `close_interrupted`):
   at the occurrence if still ahead).
 - prepared with its id in the start journal (or a process of it found), or started: it may
   have run, so it gets `note`'s writes (a `once` consumed: never run twice), then is
-  closed by `interrupt`.
-- running: closed by `interrupt`, after what is left of its process group is stopped.
+  closed as `interrupted`.
+- running: closed as `interrupted`, after what is left of its process group is stopped.
 - ended: nothing; its record and rollup wait in the outbox until the server takes them.
 """
 
@@ -148,9 +149,15 @@ def note(w: Writes, entry: Entry, row: RunRow, due: float) -> None:
         row.state = RunState.RUNNING
     w.save_run(row)
     if entry.defn.kind == Kind.ONCE:
-        entry.row.consumed, entry.row.enabled, entry.row.next_fire = True, False, None
-        w.write_trigger(entry.id, consumption(due))
+        _consume(w, entry.row, due)
     w.save(entry.row)
+
+
+def _consume(w: Writes, entry: EntryRow, at: float) -> None:
+    """Consume a `once` that started at `at`: its entry's row, and its consumption as a
+    trigger write laid over the record cache (the caller writes the row)."""
+    entry.consumed, entry.enabled, entry.next_fire = True, False, None
+    w.write_trigger(entry.trigger_id, consumption(at))
 
 
 def end(
@@ -203,7 +210,8 @@ def end(
 
 
 def interrupted(row: RunRow, now: float, note_line: str = "") -> RunOutcome:
-    """Return the outcome of a run a crash or a stop left in flight (`interrupt`)."""
+    """Return the outcome of a run a crash left in flight, for `end` (running → ended
+    `interrupted`); `note_line` is added to its output."""
     return RunOutcome(
         status=RunStatus.INTERRUPTED,
         error_type=None,
@@ -215,18 +223,6 @@ def interrupted(row: RunRow, now: float, note_line: str = "") -> RunOutcome:
         output=_with_line(row.output, note_line),
         output_dropped=row.output_dropped,
     )
-
-
-def interrupt(
-    w: Writes,
-    row: RunRow,
-    now: float,
-    entry: Entry | None,
-    defn: TriggerDef | None,
-    note_line: str = "",
-) -> RollupWrite | None:
-    """running → ended `interrupted`: as `end`; `note_line` is added to its output."""
-    return end(w, row, interrupted(row, now, note_line), entry, defn)
 
 
 def settle_at_open(
@@ -252,10 +248,9 @@ def settle_at_open(
             continue
         if row.state in (RunState.PREPARED, RunState.STARTED):
             row.state = RunState.STARTED
-            if entry is not None and entry.kind == Kind.ONCE and tid is not None:
-                entry.consumed, entry.enabled, entry.next_fire = True, False, None
+            if entry is not None and entry.kind == Kind.ONCE:
+                _consume(w, entry, row.started_at)
                 w.save(entry)
-                w.write_trigger(tid, consumption(row.started_at))
         left.append(row)
     return left
 
@@ -302,7 +297,6 @@ __all__ = [
     "consumption",
     "discard",
     "end",
-    "interrupt",
     "interrupted",
     "new_run_id",
     "note",

@@ -257,7 +257,8 @@ def test_an_interrupted_run_says_why_and_counts_toward_no_breaker() -> None:
     _, entry, records = stage(Kind.CRON)
     row = lifecycle.begin(Writes(records), entry, DUE, DUE, PEER)
     row.output = "half a line"
-    write = lifecycle.interrupt(Writes(records), row, DUE + 5, entry, entry.defn, "stopped\n")
+    outcome = lifecycle.interrupted(row, DUE + 5, "stopped\n")
+    write = lifecycle.end(Writes(records), row, outcome, entry, entry.defn)
     assert (row.state, row.status) == (RunState.ENDED, RunStatus.INTERRUPTED)
     assert row.error == lifecycle.INTERRUPTED_ERROR
     assert row.output == "half a line\nstopped\n"
