@@ -438,15 +438,16 @@ class Timer:
             # The collector waits until every program has taken its first turn: the pass
             # over all the batch built when it comes back on would otherwise come first.
             with gc_paused():
-                behind, began = self.clock.now() - batch.due, time.perf_counter()
+                came, began = self.clock.now(), time.perf_counter()
                 runs = self.firing.start_batch(starts, batch.ready)
-                log.debug(
-                    "started %d runs due at %s: from %.1f ms after it, for %.1f ms",
-                    len(starts),
-                    iso_time(batch.due),
-                    behind * 1000,
-                    (time.perf_counter() - began) * 1000,
-                )
+                if log.isEnabledFor(logging.DEBUG):  # nothing more before the programs' turn
+                    log.debug(
+                        "started %d runs due at %s: from %.1f ms after it, for %.1f ms",
+                        len(starts),
+                        iso_time(batch.due),
+                        (came - batch.due) * 1000,
+                        (time.perf_counter() - began) * 1000,
+                    )
                 await self.firing.started(starts, runs)
             self.firing.note_started(batch.due, starts, skipped, gone)
         finally:
@@ -475,15 +476,15 @@ class Timer:
     async def _note_once(self) -> None:
         """Commit the notes pending. The start journal is emptied when every id in it
         belongs to a start this commit (or an earlier one) noted: none was written during
-        the commit, and no batch was between its starts and their notes when it began."""
+        the commit, no batch was between its starts and their notes when it began, and the
+        mirror is open (a commit on a closed one writes nothing). The commit wakes the drain
+        for the writes the notes queued (`Unit.commit`)."""
         journal = self.firing.journal
-        closed = self.unit.db is None  # a commit writes nothing: the notes are not durable
-        written = None if journal is None or self._starting or closed else journal.written
+        written = None if journal is None or self._starting else journal.written
         try:
             await self.unit.commit(self.clock.now())
         except CommitFailed:  # kept for the next commit; the unit says why
             written = None
-        self.unit.kick()
         if (
             journal is None
             or not written

@@ -175,10 +175,6 @@ class Unit(Writes):
         """Return a new unit of work for one fire's writes (`commit_fire`)."""
         return Writes(self.records, rewind=True)
 
-    def kick(self) -> None:
-        """Wake the outbox drain (writes were queued)."""
-        self._on_outbox()
-
     async def commit_step(self, now: float) -> None:
         """Commit a tick's writes. A full disk is waited out: the tick completes (degraded;
         `/healthz` says why) and its writes wait in memory. Any other failure (the mirror
