@@ -140,14 +140,12 @@ class StartJournal:
         except OSError:
             return set()
 
-    def note(self, *run_ids: str) -> None:
-        """Write that the programs of runs `run_ids` start now, in one write."""
+    def note(self, run_id: str) -> None:
+        """Write that the program of run `run_id` starts now."""
         if self._fd is None:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        data = "".join(f"{run_id}\n" for run_id in run_ids).encode("ascii")
-        while data:
-            data = data[os.write(self._fd, data) :]
-        self.written += len(run_ids)
+        os.write(self._fd, f"{run_id}\n".encode("ascii"))
+        self.written += 1
 
     def empty(self) -> None:
         """Forget every id written (their starts are noted in the mirror)."""

@@ -759,7 +759,7 @@ def _write_batch(conn: Connection, batch: Batch, now: float) -> None:
 
 
 _NEWEST_START = (
-    "SELECT started_at FROM runs WHERE trigger_id = ? AND state = 'ended' "
+    "SELECT started_at FROM runs WHERE trigger_id = ? AND state = ? "
     "ORDER BY started_at DESC LIMIT 1 OFFSET ?"
 )
 _TRIM_RUNS = (
@@ -779,7 +779,7 @@ def _trim_runs(conn: Connection, due: Iterable[str], kept: int) -> list[str]:
         # Both statements walk the index on (trigger_id, started_at): the newest `kept`
         # ended runs of this trigger (a run prepared or in flight is not one of them), then
         # the ended rows older than the last of them.
-        cutoff = conn.exec_driver_sql(_NEWEST_START, (tid, kept - 1)).scalar()
+        cutoff = conn.exec_driver_sql(_NEWEST_START, (tid, RunState.ENDED, kept - 1)).scalar()
         deleted = 0
         if cutoff is not None:
             result = conn.exec_driver_sql(_TRIM_RUNS, (tid, cutoff, RunState.ENDED, budget))

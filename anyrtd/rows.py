@@ -145,11 +145,6 @@ class Batch:
             )
         )
 
-    @property
-    def touches_outbox(self) -> bool:
-        """Whether committing the batch changes the outbox's rows."""
-        return bool(self.outbox)
-
     def write(
         self,
         dataset: str,
