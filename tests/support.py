@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -14,7 +14,7 @@ from anyrtd.clock import SystemClock
 from anyrtd.config import Config
 from anyrtd.daemon import Daemon
 from anyrtd.places import Places, resolve_places
-from anyrtd.program import ProgramFn
+from anyrtd.program import ProgramFn, RunOutcome, RunRequest
 from anyrtd.runner import Runner
 
 T = TypeVar("T")
@@ -203,3 +203,23 @@ def replica_runs(urls: list[str]) -> list[dict[str, Any]]:
         return list(found.values())
 
     return asyncio.run(go())
+
+
+class ReadyByStart:
+    """A stand-in runner's `ready` and `go` (`Runner.ready`, `Runner.go`): a run made ready
+    is started by the stand-in's own `start` when it goes."""
+
+    def start(
+        self, req: RunRequest, on_start: Callable[[float], None] | None = None
+    ) -> Coroutine[Any, Any, RunOutcome]:
+        raise NotImplementedError
+
+    def ready(
+        self, req: RunRequest, on_start: Callable[[float], None] | None = None
+    ) -> tuple[RunRequest, Callable[[float], None] | None]:
+        return req, on_start
+
+    def go(
+        self, launch: tuple[RunRequest, Callable[[float], None] | None]
+    ) -> Coroutine[Any, Any, RunOutcome]:
+        return self.start(*launch)

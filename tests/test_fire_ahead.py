@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import ReadyByStart
 
 from anyrtd.apply import Apply
 from anyrtd.clock import FakeClock, SystemClock
-from anyrtd.firing import START_JOURNAL_FILE, Firing, Undo
+from anyrtd.firing import START_JOURNAL_FILE, Firing, StartJournal, Undo
 from anyrtd.metrics import Stats
 from anyrtd.mirror import AsyncMirror, Mirror
 from anyrtd.model import TriggerDef
@@ -60,7 +61,7 @@ ONCE = record("shot", kind="once", spec={"at": AT})
 CRON = record("tick", kind="cron", spec={"every_s": 60})
 
 
-class Runner:
+class Runner(ReadyByStart):
     """A stand-in runner: notes each run's start (on the fake clock); each ends when told."""
 
     kill_grace_s = 0.1
@@ -84,16 +85,6 @@ class Runner:
             return RunOutcome(RunStatus.OK, None, None, at, at, 0)
 
         return ended()
-
-    def ready(
-        self, req: RunRequest, on_start: Callable[[float], None] | None = None
-    ) -> tuple[RunRequest, Callable[[float], None] | None]:
-        return req, on_start
-
-    def go(
-        self, launch: tuple[RunRequest, Callable[[float], None] | None]
-    ) -> Coroutine[Any, Any, RunOutcome]:
-        return self.start(*launch)
 
 
 class Stage:
@@ -133,6 +124,17 @@ class Stage:
             self.registry.arm(entry, T0 - 50)
             self.unit.save(entry.row)  # as the apply stage adopts it
 
+    async def prepare_ahead(self) -> None:
+        """Prepare the batch due at AT half a second ahead of it, as the timer does."""
+        self.clock.set(AT - 0.5)
+        await self.timer.prepare(AT, self.clock.now())
+
+    async def open_journal(self) -> StartJournal:
+        """Open the start journal as the daemon's open does (nothing left to settle)."""
+        assert await self.timer.settle_open([], [], {}, T0) == []
+        assert self.firing.journal is not None
+        return self.firing.journal
+
     def entry(self, tid: str) -> Entry:
         entry = self.registry.get(tid)
         assert entry is not None
@@ -168,8 +170,7 @@ async def test_a_batch_is_durable_before_its_due_time_and_starts_with_no_write_b
     stage: Stage,
 ) -> None:
     stage.adopt(ONCE)
-    stage.clock.set(AT - 0.5)
-    await stage.timer.prepare(AT, stage.clock.now())
+    await stage.prepare_ahead()
 
     # Durable: the run is prepared for its due time, and that is all that is written: the
     # once is consumed (in the mirror and for the server) when its start is noted.
@@ -208,8 +209,7 @@ async def test_a_change_before_the_due_time_cancels_the_prepared_run(
     stage.adopt(ONCE, CRON)
     cron_due = stage.entry("tick").row.next_fire
     assert cron_due is not None
-    stage.clock.set(AT - 0.5)
-    await stage.timer.prepare(AT, stage.clock.now())
+    await stage.prepare_ahead()
     assert len(stage.sql("SELECT run_id FROM runs")) == 2
 
     if change == "disable":
@@ -242,8 +242,7 @@ async def test_a_change_before_the_due_time_cancels_the_prepared_run(
 async def test_stopping_cancels_what_is_prepared_and_puts_the_entries_back(stage: Stage) -> None:
     stage.adopt(ONCE, CRON)
     cron_due = stage.entry("tick").row.next_fire
-    stage.clock.set(AT - 0.5)
-    await stage.timer.prepare(AT, stage.clock.now())
+    await stage.prepare_ahead()
     stage.timer.cancel_all("the daemon stops")
     await stage.unit.commit(stage.clock.now())
     assert stage.sql("SELECT * FROM runs") == []
@@ -261,8 +260,7 @@ async def test_runs_a_crash_left_prepared_are_discarded_and_the_once_fires_late(
     stage.adopt(ONCE, CRON)
     cron_due = stage.entry("tick").row.next_fire
     assert cron_due is not None
-    stage.clock.set(AT - 0.5)
-    await stage.timer.prepare(AT, stage.clock.now())
+    await stage.prepare_ahead()
     # The daemon dies here. The next start finds the prepared runs and discards them.
     fresh = Stage(stage.db)
     for rec in (ONCE, CRON):
@@ -330,12 +328,10 @@ async def test_a_late_once_killed_between_its_commit_and_its_start_fires_late_no
 async def test_each_prepared_start_is_journaled_before_it_and_the_journal_emptied_once_noted(
     stage: Stage, tmp_path: Path
 ) -> None:
-    assert await stage.timer.settle_open([], [], {}, T0) == []  # as at the daemon's open
-    journal = stage.firing.journal
-    assert journal is not None and journal.path == tmp_path / START_JOURNAL_FILE
+    journal = await stage.open_journal()
+    assert journal.path == tmp_path / START_JOURNAL_FILE
     stage.adopt(ONCE)
-    stage.clock.set(AT - 0.5)
-    await stage.timer.prepare(AT, stage.clock.now())
+    await stage.prepare_ahead()
     assert journal.read() == set()
     seen: list[set[str]] = []
     stage.runner.on_each_start = lambda: seen.append(journal.read())
@@ -355,12 +351,9 @@ async def test_starts_noted_after_the_mirror_closed_leave_the_journal_as_it_is(
 ) -> None:
     """The mirror closed (the daemon stopping, or gone) between a start and its note: the
     note's commit writes nothing, so the journal keeps the id for the next start."""
-    await stage.timer.settle_open([], [], {}, T0)
-    journal = stage.firing.journal
-    assert journal is not None
+    journal = await stage.open_journal()
     stage.adopt(ONCE)
-    stage.clock.set(AT - 0.5)
-    await stage.timer.prepare(AT, stage.clock.now())
+    await stage.prepare_ahead()
     stage.clock.set(AT)
     [run_id] = await stage.timer.fire_now(AT)
     stage.unit.db = None
@@ -378,13 +371,10 @@ async def test_each_id_of_a_batch_is_journaled_just_before_its_own_start_not_bef
     have started never runs again: an id written before its program started would lose
     that `once` to a kill in between (the kill9 family found it when a batch's ids were
     written at once)."""
-    await stage.timer.settle_open([], [], {}, T0)
-    journal = stage.firing.journal
-    assert journal is not None
+    journal = await stage.open_journal()
     shots = [record(f"shot{i}", kind="once", spec={"at": AT}) for i in range(3)]
     stage.adopt(*shots)
-    stage.clock.set(AT - 0.5)
-    await stage.timer.prepare(AT, stage.clock.now())
+    await stage.prepare_ahead()
     seen: list[set[str]] = []
     stage.runner.on_each_start = lambda: seen.append(journal.read())
     stage.clock.set(AT)
@@ -399,13 +389,10 @@ async def test_each_id_of_a_batch_is_journaled_just_before_its_own_start_not_bef
 async def test_the_batches_started_within_the_note_wait_are_noted_in_one_commit(
     stage: Stage, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    await stage.timer.settle_open([], [], {}, T0)
-    journal = stage.firing.journal
-    assert journal is not None
+    journal = await stage.open_journal()
     later = record("later", kind="once", spec={"at": AT + 0.05})
     stage.adopt(ONCE, later)
-    stage.clock.set(AT - 0.5)
-    await stage.timer.prepare(AT, stage.clock.now())
+    await stage.prepare_ahead()
     await stage.timer.prepare(AT + 0.05, stage.clock.now())
     release = asyncio.Event()
     started = stage.runner.start
@@ -442,12 +429,9 @@ async def test_a_prepared_run_in_the_start_journal_is_closed_as_interrupted_not_
 ) -> None:
     """Killed between a program's start and the note of it in the mirror: the run may have
     started, so the restart closes it as interrupted and the once stays consumed."""
-    await stage.timer.settle_open([], [], {}, T0)
-    journal = stage.firing.journal
-    assert journal is not None
+    journal = await stage.open_journal()
     stage.adopt(ONCE)
-    stage.clock.set(AT - 0.5)
-    await stage.timer.prepare(AT, stage.clock.now())
+    await stage.prepare_ahead()
     [(run_id,)] = stage.sql("SELECT run_id FROM runs")
     journal.note(run_id)  # its program starts; the process dies before the note commits
     fresh = Stage(stage.db)

@@ -13,6 +13,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pytest
+from support import ReadyByStart
 from test_control_port import FakePort
 
 from anyrtd.clock import FakeClock
@@ -66,7 +67,7 @@ class Mirror:
         self.batches.append(batch)
 
 
-class Runner:
+class Runner(ReadyByStart):
     """A stand-in runner: notes every run it is asked to start; each ends at once."""
 
     kill_grace_s = 0.1
@@ -85,16 +86,6 @@ class Runner:
             return RunOutcome(RunStatus.OK, None, None, T0, T0, 0)
 
         return ended()
-
-    def ready(
-        self, req: RunRequest, on_start: Callable[[float], None] | None = None
-    ) -> tuple[RunRequest, Callable[[float], None] | None]:
-        return req, on_start
-
-    def go(
-        self, launch: tuple[RunRequest, Callable[[float], None] | None]
-    ) -> Coroutine[Any, Any, RunOutcome]:
-        return self.start(*launch)
 
 
 class Stage:
