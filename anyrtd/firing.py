@@ -23,7 +23,7 @@ import logging
 import operator
 import os
 import time
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ from anyrtd.logs import iso_time
 from anyrtd.metrics import Stats
 from anyrtd.mirror_guard import MirrorFault
 from anyrtd.model import TriggerDef
-from anyrtd.program import RunOutcome, RunRequest
+from anyrtd.program import RunOutcome
 from anyrtd.records import RecordCache
 from anyrtd.registry import Entry, Registry
 from anyrtd.rows import EntryRow, RunRow
@@ -103,10 +103,6 @@ class TooManyRuns(Exception):
             "at once): wait for one to end, then run it again"
         )
         self.limit = limit
-
-
-Start = tuple[Entry, RunRow, dict[str, Any]]
-"""A prepared run: the entry it fires, its open row, and the program's args."""
 
 
 START_JOURNAL_FILE = "anyrtd.starts"
@@ -256,23 +252,29 @@ class Firing:
         if self.journal is not None:
             self.journal.close()
 
-    def take_back(self, start: Start, undo: Undo) -> None:
-        """Cancel a prepared run that never started (its trigger changed, or the timer
-        cancels its batch): its entry put back as it was before the prepare, its row deleted
-        (`lifecycle.cancel`), its fire uncounted."""
-        entry, row, _ = start
-        undo.take_back_one(entry.id, self.registry)
-        lifecycle.cancel(self.unit, entry, row)
+    def take_back(self, batch: Prepared, trigger_id: str) -> Launch | None:
+        """Cancel the prepared run of `trigger_id` in `batch`, which never started (its
+        trigger changed, or the timer cancels the batch): its entry put back as it was before
+        the prepare, its row deleted (`lifecycle.cancel`), its fire uncounted. Return it
+        (None: the batch has no run of that trigger)."""
+        launch = batch.launches.pop(trigger_id, None)
+        if launch is None:
+            return None
+        entry = batch.take_back_one(trigger_id, self.registry)
+        if entry is not None:
+            lifecycle.cancel(self.unit, entry, launch.row)
         self.stats.fires -= 1
+        return launch
 
     async def prepare_batch(
         self, due: float, now: float, device: str | None, verdict: str, held_up: float = 0.0
-    ) -> tuple[list[Start], Undo] | None:
-        """Prepare every entry due at or before `due` and commit the batch in one
-        transaction; return its runs and what takes them back (None: nothing due, or the
-        commit failed and the batch was taken back). Its runs are `prepared`, to start at
-        `due` (or `now` for a batch already late); nothing else is written until their starts
-        are noted (`Timer.start`, `note_started`). `held_up`: as `prepare` takes it.
+    ) -> Prepared | None:
+        """Prepare every entry due at or before `due`, make its run ready to start
+        (`Runner.ready`), and commit the batch in one transaction; return it (None: nothing
+        due, or the commit failed and the batch was taken back). Its runs are `prepared`, to
+        start at `due` (or `now` for a batch already late); nothing else is written until
+        their starts are noted (`Timer.start`, `note_started`). `held_up`: as `prepare` takes
+        it.
 
         The garbage collector waits while a batch is prepared: a full collection in the
         middle of a burst would hold up every program after it.
@@ -280,65 +282,48 @@ class Firing:
         popped = self.registry.pop_due(due)
         if not popped:
             return None
-        undo = Undo.of([entry for entry, _ in popped], self.registry)
+        batch = Prepared.of(due, [entry for entry, _ in popped], self.registry)
         fire = self.unit.fire()
         with gc_paused():
-            starts = [
-                s
-                for entry, at in popped
-                if (
-                    s := self.prepare(
-                        fire, entry, at, now, device, verdict, ahead=True, held_up=held_up
-                    )
+            for entry, at in popped:
+                row = self.prepare(
+                    fire, entry, at, now, device, verdict, ahead=True, held_up=held_up
                 )
-                is not None
-            ]
-        if not await self._made_durable(fire, now, undo, len(starts)):
+                if row is not None:
+                    batch.launches[entry.id] = self._launch(row, dict(entry.defn.args))
+        if not await self._made_durable(fire, now, batch):
             return None
-        return starts, undo
-
-    def ready_batch(self, starts: list[Start]) -> dict[str, Launch]:
-        """Make every run of a prepared batch ready to start (`Runner.ready`), by run id: in
-        its lead, so that at its due time each start costs its program's task alone."""
-        runner = self.runner
-        return {
-            row.run_id: runner.ready(self._request(row, args), self._on_start(row))
-            for _, row, args in starts
-        }
+        return batch
 
     def start_batch(
-        self, starts: list[Start], ready: Mapping[str, Launch] | None = None
+        self, batch: Prepared, tids: list[str]
     ) -> list[Coroutine[Any, Any, RunOutcome]]:
-        """Start every program of a prepared batch, before anything else is done for any of
-        them (of the runs made `ready` ahead, by run id, or made ready now); in-process
-        programs all begin at the loop's next turn (no disk or network work comes between),
-        each run's id written to the start journal just before its program starts
-        (`_started`). Return each run's rest, for `started` to follow once the programs had
-        their turn. The caller keeps the garbage collector paused until that turn
-        (`anyrtd/heap.py`)."""
-        runner, ready = self.runner, ready or {}
-        runs = [
-            runner.go(launch)
-            if (launch := ready.get(row.run_id)) is not None
-            else runner.start(self._request(row, args), self._on_start(row))
-            for _, row, args in starts
-        ]
-        for entry, _, _ in starts:
-            self.registry.began(entry.id)
+        """Start the programs of the runs of `batch` for `tids` (`Runner.go`), before
+        anything else is done for any of them; in-process programs all begin at the loop's
+        next turn (no disk or network work comes between), each run's id written to the
+        start journal just before its program starts (`_started`). Return each run's rest,
+        for `started` to follow once the programs had their turn. The caller keeps the
+        garbage collector paused until that turn (`anyrtd/heap.py`)."""
+        go, launches = self.runner.go, batch.launches
+        runs = [go(launches[tid]) for tid in tids]
+        began = self.registry.began
+        for tid in tids:
+            began(tid)
         return runs
 
     async def started(
-        self, starts: list[Start], runs: list[Coroutine[Any, Any, RunOutcome]]
+        self, batch: Prepared, tids: list[str], runs: list[Coroutine[Any, Any, RunOutcome]]
     ) -> None:
         """Let the programs of a batch just started take their turn, then follow each run
         to its end in a task of its own, and log them."""
+        launches = batch.launches
         try:
             await asyncio.sleep(0)  # the programs' turn comes first
         finally:
-            for (entry, row, _), ended in zip(starts, runs, strict=True):
-                self._track(entry, row, ended)
-            for entry, row, _ in starts:
-                self._log_firing(entry, row)
+            for tid, ended in zip(tids, runs, strict=True):
+                self._track(tid, launches[tid].row, ended)
+            for tid in tids:
+                self._log_firing(tid, launches[tid].row)
 
     def retry_wait_s(self) -> float:
         """Return how long the timer waits before it tries again a fire whose commit failed
@@ -350,16 +335,20 @@ class Firing:
             return 0.0
         return max(0.0, self._retry_at - self.clock.monotonic())
 
-    async def _made_durable(self, fire: Writes, now: float, undo: Undo, prepared: int) -> bool:
+    async def _made_durable(self, fire: Writes, now: float, batch: Prepared) -> bool:
         """Commit a fire's preparation; on failure take it back and space the next try."""
         began = time.perf_counter()
         try:
             await self.unit.commit_fire(fire, now)
         except CommitFailed:
-            undo.take_back(self.registry, self.stats, prepared)
+            self._take_back_all(batch)
             self._retry_s = min(RETRY_MAX_S, self._retry_s * 2 or RETRY_FIRST_S)
             self._retry_at = self.clock.monotonic() + self._retry_s
-            log.debug("%d fires wait for the mirror: tried again in %g s", undo.n, self._retry_s)
+            log.debug(
+                "%d fires wait for the mirror: tried again in %g s",
+                len(batch.entries),
+                self._retry_s,
+            )
             return False
         self._retry_at, self._retry_s = None, 0.0
         self.last_commit_s = time.perf_counter() - began
@@ -381,18 +370,19 @@ class Firing:
         task: asyncio.Task[None] | None = None
         try:
             now = self.clock.now()
-            undo = Undo.of([entry], self.registry)
+            batch = Prepared.of(now, [entry], self.registry)
             fire = self.unit.fire()
-            start = self.prepare(fire, entry, None, now, device, verdict)
-            if start is None:
+            row = self.prepare(fire, entry, None, now, device, verdict)
+            if row is None:
                 return None
+            batch.launches[entry.id] = launch = self._launch(row, dict(entry.defn.args))
             try:
                 await self.unit.commit_fire(fire, now)
             except CommitFailed as exc:
-                undo.take_back(self.registry, self.stats, 1)
+                self._take_back_all(batch)
                 raise NotDurable(trigger_id, exc) from exc
-            task = self.spawn(*start)
-            return start[1].run_id
+            task = self.spawn(entry.id, launch)
+            return row.run_id
         finally:
             if task is None:
                 self.manual_runs -= 1
@@ -413,24 +403,25 @@ class Firing:
         started, also when its run could not be written to the mirror)."""
         # The run serves the message: its scheduledAt is the message's createdAt.
         at = message.created_at if message.created_at is not None else now
-        undo = Undo.of([entry], self.registry)
+        batch = Prepared.of(at, [entry], self.registry)
         fire = self.unit.fire()
-        start = self.prepare(fire, entry, at, now, device, verdict)
-        if start is None:
+        row = self.prepare(fire, entry, at, now, device, verdict)
+        if row is None:
             return None
-        _, row, args = start
+        args = dict(entry.defn.args)
         args["event"] = message.payload()
+        batch.launches[entry.id] = launch = self._launch(row, args)
         try:
             await self.unit.commit_fire(fire, now)
         except CommitFailed:
-            undo.take_back(self.registry, self.stats, 1)
+            self._take_back_all(batch)
             log.warning(
                 "not firing %s for a chat message: its run could not be written to the mirror",
                 entry.id,
                 extra={"trigger": entry.id},
             )
             return None
-        return self.spawn(entry, row, args)
+        return self.spawn(entry.id, launch)
 
     def prepare(
         self,
@@ -443,9 +434,9 @@ class Firing:
         *,
         ahead: bool = False,
         held_up: float = 0.0,
-    ) -> Start | None:
+    ) -> RunRow | None:
         """Make the run of `entry` due at `due` (None: by hand) in the fire's unit of work
-        `w`, and re-arm a cron in the registry; return it, or None when it does not run.
+        `w`, and re-arm a cron in the registry; return its row, or None when it does not run.
 
         `ahead`: prepared in a batch (`prepare_batch`), the run is `prepared`
         (`lifecycle.prepare`) and waits for its start, at its due time or at once when
@@ -494,7 +485,7 @@ class Firing:
             row = lifecycle.prepare(w, entry, due, max(due, now), device)
         else:
             row = lifecycle.begin(w, entry, due, now, device)
-        return entry, row, dict(defn.args)
+        return row
 
     def missed(self, entry: Entry, due: float, late: float) -> bool:
         """Return whether the cron occurrence `due` of `entry`, come to `late` seconds after
@@ -525,68 +516,75 @@ class Firing:
         )
 
     def note_started(
-        self, due: float, starts: list[Start], skipped: list[Start], gone: list[RunRow]
+        self, batch: Prepared, started: list[str], skipped: list[str], gone: list[str]
     ) -> None:
-        """Note in the step's unit of work the runs of a prepared batch, to start at `due`,
-        that started (`lifecycle.note`), skip those that did not run (`lifecycle.skip`: missed, the
+        """Note in the step's unit of work the runs of a prepared batch that `started`
+        (`lifecycle.note`), skip those that did not run (`lifecycle.skip`: missed, the
         previous run still running, or this device pruned meanwhile) and delete the rows of
-        those whose entry was evicted meanwhile."""
-        for entry, row, _ in starts:
-            lifecycle.note(self.unit, entry, row, due)
-        for entry, row, _ in skipped:
-            lifecycle.skip(self.unit, entry, row)
-        for row in gone:
-            self.unit.drop_run(row.run_id)
+        those whose entry was evicted meanwhile (`gone`), all by trigger id."""
+        entries, launches, due = batch.entries, batch.launches, batch.due
+        for tid in started:
+            lifecycle.note(self.unit, entries[tid], launches[tid].row, due)
+        for tid in skipped:
+            lifecycle.skip(self.unit, entries[tid], launches[tid].row)
+        for tid in gone:
+            self.unit.drop_run(launches[tid].row.run_id)
         self.stats.fires -= len(skipped) + len(gone)
 
-    def spawn(self, entry: Entry, row: RunRow, args: dict[str, Any]) -> asyncio.Task[None]:
-        """Start a prepared run's program; return its task."""
-        ended = self.runner.start(self._request(row, args), self._on_start(row))
-        self.registry.began(entry.id)
-        task = self._track(entry, row, ended)
-        self._log_firing(entry, row)
+    def spawn(self, trigger_id: str, launch: Launch) -> asyncio.Task[None]:
+        """Start the program of a run of `trigger_id` made durable at once (by hand, or an
+        event's); return its task."""
+        ended = self.runner.go(launch)
+        self.registry.began(trigger_id)
+        task = self._track(trigger_id, launch.row, ended)
+        self._log_firing(trigger_id, launch.row)
         return task
 
-    def _request(self, row: RunRow, args: dict[str, Any]) -> RunRequest:
-        return RunRequest(
-            run_id=row.run_id,
-            trigger_id=row.trigger_id,
-            program=row.program,
-            args=args,
-            scheduled_at=row.scheduled_at,
-            device=row.device,
+    def _launch(self, row: RunRow, args: dict[str, Any]) -> Launch:
+        """Make the run of `row` ready to start with `args` (`Runner.ready`): its start noted
+        by `_started` (with the start journal for a prepared run), a command's process group
+        kept by `_keep_group`."""
+        journal = self.journal if row.state == RunState.PREPARED else None
+        return self.runner.ready(
+            row,
+            args,
+            on_start=functools.partial(self._started, row, journal),
             on_spawn=functools.partial(self._keep_group, row),
         )
 
-    def _on_start(self, row: RunRow) -> Callable[[float], None]:
-        journal = self.journal if row.state == RunState.PREPARED else None
-        return functools.partial(self._started, row, journal)
+    def _take_back_all(self, batch: Prepared) -> None:
+        """Put back every entry a fire whose commit failed took, and uncount its runs."""
+        batch.take_back_all(self.registry)
+        self.stats.fires -= len(batch.launches)
+        batch.launches.clear()
 
-    def _log_firing(self, entry: Entry, row: RunRow) -> None:
+    def _log_firing(self, trigger_id: str, row: RunRow) -> None:
         log.info(
             "firing %s (%s)%s",
-            entry.id,
+            trigger_id,
             row.program,
             "" if row.scheduled_at is not None else " by hand",
-            extra={"trigger": entry.id, "run": row.run_id},
+            extra={"trigger": trigger_id, "run": row.run_id},
         )
 
     def _track(
-        self, entry: Entry, row: RunRow, ended: Coroutine[Any, Any, RunOutcome]
+        self, trigger_id: str, row: RunRow, ended: Coroutine[Any, Any, RunOutcome]
     ) -> asyncio.Task[None]:
         """Await a started run to its end in a task of its own, then record it (the caller
         counted it as begun: `Registry.began`)."""
-        task = asyncio.create_task(self._run(entry, row, ended), name=f"run-{row.run_id}")
+        task = asyncio.create_task(self._run(trigger_id, row, ended), name=f"run-{row.run_id}")
         self.in_flight.add(task)
         task.add_done_callback(self.in_flight.discard)
         return task
 
-    async def _run(self, entry: Entry, row: RunRow, ended: Coroutine[Any, Any, RunOutcome]) -> None:
+    async def _run(
+        self, trigger_id: str, row: RunRow, ended: Coroutine[Any, Any, RunOutcome]
+    ) -> None:
         try:
             outcome = await ended
         finally:
-            self.registry.ended(entry.id)
-        self.record_outcome(row, outcome, entry=self.registry.get(entry.id))
+            self.registry.ended(trigger_id)
+        self.record_outcome(row, outcome, entry=self.registry.get(trigger_id))
         unrecorded = ""
         try:
             await self.unit.commit(self.clock.now())
@@ -716,41 +714,50 @@ class Firing:
 
 
 @dataclasses.dataclass(slots=True)
-class Undo:
-    """What a fire changes in memory before its commit, to put back when the commit fails
-    or the fire is cancelled before its due time."""
+class Prepared:
+    """Runs of one due time made durable in one commit, before their start: by trigger id,
+    each run's launch (its row and args, made ready: `Runner.ready`) and the entry it fires;
+    and what the fire changed in those entries, to put back when the commit fails or a run
+    is cancelled before its start. A run fired at once (by hand, an event's) is a batch of
+    one."""
 
-    rows: dict[str, tuple[Entry, tuple[Any, ...]]]
-    """Each entry, and its row's values before the fire (`_ENTRY_FIELDS` order)."""
-    last_fired: dict[str, float | None]
-    n: int
+    due: float
+    entries: dict[str, Entry]
+    """Each entry the fire took from the registry (with or without a run), by trigger id."""
+    launches: dict[str, Launch] = dataclasses.field(default_factory=dict)
+    """The runs to start, by trigger id (a run cancelled meanwhile is taken out)."""
+    _before: dict[str, tuple[tuple[Any, ...], float | None]] = dataclasses.field(
+        default_factory=dict
+    )
+    """Each entry's row values before the fire (`_ENTRY_FIELDS` order) and its last fired
+    occurrence, to put back."""
 
     @classmethod
-    def of(cls, entries: list[Entry], registry: Registry) -> Undo:
+    def of(cls, due: float, entries: list[Entry], registry: Registry) -> Prepared:
+        """Return an empty batch for `due` that can put `entries` back as they are now."""
+        last_fired = registry.last_fired
         return cls(
-            {e.id: (e, _row_values(e.row)) for e in entries},
-            {e.id: registry.last_fired.get(e.id) for e in entries},
-            len(entries),
+            due,
+            {e.id: e for e in entries},
+            _before={e.id: (_row_values(e.row), last_fired.get(e.id)) for e in entries},
         )
 
-    def take_back(self, registry: Registry, stats: Stats, prepared: int) -> None:
-        """Put the entries back as they were, due at the time they were due, and uncount the
-        `prepared` runs."""
-        for tid in list(self.rows):
+    def take_back_all(self, registry: Registry) -> None:
+        """Put every entry back as it was, due at the time it was due."""
+        for tid in list(self._before):
             self.take_back_one(tid, registry)
-        stats.fires -= prepared
 
     def take_back_one(self, trigger_id: str, registry: Registry) -> Entry | None:
         """Put one entry back as it was (due again); return it."""
-        kept = self.rows.pop(trigger_id, None)
-        if kept is None:
+        before = self._before.pop(trigger_id, None)
+        if before is None:
             return None
-        entry, values = kept
+        entry = self.entries[trigger_id]
+        values, at = before
         for f, value in zip(_ENTRY_FIELDS, values, strict=True):
             setattr(entry.row, f, value)
         if registry.get(entry.id) is entry:
             registry.schedule(entry)
-        at = self.last_fired.pop(trigger_id, None)
         if at is None:
             registry.last_fired.pop(trigger_id, None)
         else:
@@ -770,8 +777,7 @@ __all__ = [
     "CannotRun",
     "Firing",
     "NotDurable",
-    "Start",
+    "Prepared",
     "StartJournal",
     "TooManyRuns",
-    "Undo",
 ]

@@ -123,7 +123,7 @@ def cancel(w: Writes, entry: Entry, row: RunRow) -> None:
     """prepared → cancelled: its trigger changed, the daemon stops, or the wall clock
     stepped back. The run row deleted; the entry's row written as the caller put it back
     (before the prepare). A prepare whose commit failed wrote nothing: it is not cancelled,
-    its entries are only put back in memory (`firing.Undo`)."""
+    its entries are only put back in memory (`firing.Prepared`)."""
     assert row.state == RunState.PREPARED, f"only a prepared run is cancelled, not {row.state}"
     row.state = RunState.CANCELLED
     w.drop_run(row.run_id)

@@ -1,4 +1,4 @@
-"""What a program implements and what a run is: the leaf types that `programs/` and
+"""What a program implements and what a run reports: the leaf types that `programs/` and
 entry-point programs import, apart from the runner that executes them."""
 
 from __future__ import annotations
@@ -15,22 +15,6 @@ if TYPE_CHECKING:
     from anyrtd.clock import Clock
 
 ProgramFn = Callable[[Mapping[str, Any], "ProgramContext"], Awaitable[Mapping[str, Any] | None]]
-
-
-@dataclass(frozen=True)
-class RunRequest:
-    """One run to execute: the program spec and its merged args (`args` plus `event`)."""
-
-    run_id: str
-    trigger_id: str | None
-    program: str
-    args: Mapping[str, Any]
-    scheduled_at: float | None
-    device: str
-    on_spawn: Callable[[int], Awaitable[None]] | None = field(
-        default=None, compare=False, repr=False
-    )
-    """Called with a command's process group once it is started, before the runner waits."""
 
 
 @dataclass(frozen=True)

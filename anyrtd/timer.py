@@ -38,12 +38,11 @@ from typing import Protocol
 
 from anyrtd import lifecycle
 from anyrtd.clock import Clock, SystemClock
-from anyrtd.firing import Firing, Start, Undo
+from anyrtd.firing import Firing, Prepared
 from anyrtd.heap import gc_paused
 from anyrtd.logs import iso_time
 from anyrtd.registry import Registry
 from anyrtd.rows import EntryRow, RunRow
-from anyrtd.runner import Launch
 from anyrtd.runner.process import run_groups
 from anyrtd.unit import CommitFailed, Unit
 from anyrtd.vocab import Kind, RunState, Verdict
@@ -132,19 +131,6 @@ class Settles(Protocol):
 
 
 @dataclass(slots=True)
-class Prepared:
-    """A batch made durable ahead of its due time, waiting to start."""
-
-    due: float
-    starts: dict[str, Start]
-    """The batch's runs by trigger id."""
-    undo: Undo
-    ready: dict[str, Launch] = field(default_factory=dict)
-    """Its runs made ready to start, by run id (`Firing.ready_batch`); a cancelled run's is
-    left unused."""
-
-
-@dataclass(slots=True)
 class Lead:
     """How long a batch takes to prepare and commit, measured (moving averages)."""
 
@@ -207,25 +193,24 @@ class Ahead:
         """Cancel the prepared run of `trigger_id`, if any, with its deferred writes: its entry
         is put back as it was before the prepare (the caller's change follows)."""
         for batch in self.batches:
-            start = batch.starts.pop(trigger_id, None)
-            if start is None:
+            launch = self.firing.take_back(batch, trigger_id)
+            if launch is None:
                 continue
-            self.firing.take_back(start, batch.undo)
             log.info(
                 "cancelled the run of %s prepared for %s: %s",
                 trigger_id,
                 iso_time(batch.due),
                 why,
-                extra={"trigger": trigger_id, "run": start[1].run_id},
+                extra={"trigger": trigger_id, "run": launch.row.run_id},
             )
-            if not batch.starts:
+            if not batch.launches:
                 self.batches.remove(batch)
             return
 
     def cancel_all(self, why: str) -> None:
         """Cancel every prepared run (the daemon stops, or the wall clock stepped back)."""
         for batch in list(self.batches):
-            for tid in list(batch.starts):
+            for tid in list(batch.launches):
                 self.cancel(tid, why)
 
 
@@ -356,11 +341,9 @@ class Timer:
         device, verdict = self.identity()
         if self.settle is not None:
             self.settle.settle_due(now)
-        prepared = await self.firing.prepare_batch(now, now, device, verdict, self.held_up)
-        if prepared is None or not prepared[0]:
+        late = await self.firing.prepare_batch(now, now, device, verdict, self.held_up)
+        if late is None or not late.launches:
             return started
-        starts, undo = prepared
-        late = Prepared(now, {s[0].id: s for s in starts}, undo)
         self.prepared.insert(0, late)
         return started + await self.start(late)
 
@@ -389,57 +372,53 @@ class Timer:
         began = time.perf_counter()
         if self.settle is not None:
             self.settle.settle_due(due)
-        prepared = await self.firing.prepare_batch(due, now, device, verdict)
-        if prepared is None:
+        batch = await self.firing.prepare_batch(due, now, device, verdict)
+        if batch is None or not batch.launches:
             return
-        starts, undo = prepared
-        if not starts:
-            return
-        with gc_paused():  # anyrtd/heap.py
-            ready = self.firing.ready_batch(starts)
+        runs = len(batch.launches)
         took = time.perf_counter() - began
-        self.lead.note(len(starts), took - self.firing.last_commit_s, self.firing.last_commit_s)
+        self.lead.note(runs, took - self.firing.last_commit_s, self.firing.last_commit_s)
         log.debug(
             "prepared %d runs due at %s in %.1f ms (its commit %.1f ms), %.1f ms ahead of it",
-            len(starts),
+            runs,
             iso_time(due),
             took * 1000,
             self.firing.last_commit_s * 1000,
             (due - self.clock.now()) * 1000,
         )
-        self.prepared.append(Prepared(due, {s[0].id: s for s in starts}, undo, ready))
+        self.prepared.append(batch)
         self.prepared.sort(key=lambda p: p.due)
 
     async def start(self, batch: Prepared) -> list[str]:
         """Start a prepared batch (its due time came); then note the starts in the mirror.
         Return the run ids started."""
         self.prepared.remove(batch)
-        starts: list[Start] = []
-        skipped: list[Start] = []
-        gone: list[RunRow] = []
+        starts: list[str] = []
+        skipped: list[str] = []
+        gone: list[str] = []
         _, verdict = self.identity()
         late = min(self.clock.now() - batch.due, self.held_up)
-        for tid, start in batch.starts.items():
-            entry, row, _ = start
+        entries = batch.entries
+        for tid, launch in batch.launches.items():
+            entry, at = entries[tid], launch.row.scheduled_at or batch.due
             if self.registry.get(tid) is not entry:
-                gone.append(row)  # evicted meanwhile without a cancel: not ours to run
+                gone.append(tid)  # evicted meanwhile without a cancel: not ours to run
             elif verdict == Verdict.PRUNED or (
-                entry.defn.kind == Kind.CRON
-                and self.firing.missed(entry, row.scheduled_at or batch.due, late)
+                entry.defn.kind == Kind.CRON and self.firing.missed(entry, at, late)
             ):
-                skipped.append(start)
+                skipped.append(tid)
             elif entry.defn.kind == Kind.CRON and entry.running:
-                self.firing.overlap_skipped(entry, row.scheduled_at or batch.due)
-                skipped.append(start)
+                self.firing.overlap_skipped(entry, at)
+                skipped.append(tid)
             else:
-                starts.append(start)
+                starts.append(tid)
         self._starting = True  # from the starts (their journal lines) to their notes
         try:
             # The collector waits until every program has taken its first turn: the pass
             # over all the batch built when it comes back on would otherwise come first.
             with gc_paused():
                 came, began = self.clock.now(), time.perf_counter()
-                runs = self.firing.start_batch(starts, batch.ready)
+                runs = self.firing.start_batch(batch, starts)
                 if log.isEnabledFor(logging.DEBUG):  # nothing more before the programs' turn
                     log.debug(
                         "started %d runs due at %s: from %.1f ms after it, for %.1f ms",
@@ -448,14 +427,14 @@ class Timer:
                         (came - batch.due) * 1000,
                         (time.perf_counter() - began) * 1000,
                     )
-                await self.firing.started(starts, runs)
-            self.firing.note_started(batch.due, starts, skipped, gone)
+                await self.firing.started(batch, starts, runs)
+            self.firing.note_started(batch, starts, skipped, gone)
         finally:
             self._starting = False
         self._note_due = True
         if self._noter is None or self._noter.done():
             self._noter = asyncio.create_task(self._note_starts(), name="anyrtd-fire-note")
-        return [row.run_id for _, row, _ in starts]
+        return [batch.launches[tid].row.run_id for tid in starts]
 
     async def wait_noted(self) -> None:
         """Return once the starts so far are noted in the mirror (or their commit failed)."""

@@ -27,8 +27,9 @@ import httpx
 from anyrtd.client import ServerClient
 from anyrtd.clock import SystemClock
 from anyrtd.logs import setup_logging
-from anyrtd.program import ProgramContext, RunRequest
+from anyrtd.program import ProgramContext
 from anyrtd.records import RecordCache
+from anyrtd.rows import RunRow
 from anyrtd.runner import Runner
 from anyrtd.vocab import RollupField
 
@@ -85,19 +86,22 @@ async def runner_round(n: int) -> float:
             timeout_s=60,
             extra_builtins={"bench:noop@v1": noop},
         )
-        reqs = [
-            RunRequest(
-                str(uuid.uuid4()),
-                f"once-{i:06d}",
-                "bench:noop@v1",
+        runs = [
+            (
+                RunRow(
+                    str(uuid.uuid4()),
+                    f"once-{i:06d}",
+                    "bench:noop@v1",
+                    "bench-device",
+                    1_900_000_000.0,
+                    1_900_000_000.0,
+                ),
                 {**ARGS, "i": i},
-                1_900_000_000.0,
-                "bench-device",
             )
             for i in range(n)
         ]
         t0 = time.process_time()
-        await asyncio.gather(*(runner.start(req) for req in reqs))
+        await asyncio.gather(*(runner.start(row, args) for row, args in runs))
         return (time.process_time() - t0) / n
 
 

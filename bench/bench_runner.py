@@ -23,8 +23,12 @@ import httpx
 from anyrtd.client import ServerClient
 from anyrtd.clock import SystemClock
 from anyrtd.config import CommandProgram
-from anyrtd.program import ProgramContext, RunOutcome, RunRequest
+from anyrtd.program import ProgramContext, RunOutcome
+from anyrtd.rows import RunRow
 from anyrtd.runner import Runner
+
+Run = tuple[RunRow, dict[str, Any]]
+"""A run to hand the runner: its row and its program's args."""
 
 
 async def stuck(args: Mapping[str, Any], ctx: ProgramContext) -> None:
@@ -32,9 +36,9 @@ async def stuck(args: Mapping[str, Any], ctx: ProgramContext) -> None:
     await asyncio.Event().wait()
 
 
-async def interrupt_burst(runner: Runner, reqs: list[RunRequest]) -> tuple[float, list[RunOutcome]]:
+async def interrupt_burst(runner: Runner, reqs: list[Run]) -> tuple[float, list[RunOutcome]]:
     """Start `reqs`, wait until all are in flight, and time interrupt_all until all have ended."""
-    tasks = [asyncio.create_task(runner.run(r)) for r in reqs]
+    tasks = [asyncio.create_task(runner.run(*r)) for r in reqs]
     await asyncio.sleep(1.0)  # let every run start, and the commands get past exec
     assert runner.in_flight == len(reqs), f"only {runner.in_flight} of {len(reqs)} in flight"
     t0 = time.perf_counter()
@@ -49,16 +53,16 @@ async def noop(args: Mapping[str, Any], ctx: ProgramContext) -> Mapping[str, Any
     return {"title": "noop", "fuel": 0}
 
 
-def requests(program: str, n: int) -> list[RunRequest]:
+def requests(program: str, n: int) -> list[Run]:
     return [
-        RunRequest(f"run-{i:05d}", "bench", program, {"i": i}, None, "bench-device")
+        (RunRow(f"run-{i:05d}", "bench", program, "bench-device", None, 0.0), {"i": i})
         for i in range(n)
     ]
 
 
-async def burst(runner: Runner, reqs: list[RunRequest]) -> tuple[float, list[RunOutcome]]:
+async def burst(runner: Runner, reqs: list[Run]) -> tuple[float, list[RunOutcome]]:
     t0 = time.perf_counter()
-    outcomes = await asyncio.gather(*(runner.run(r) for r in reqs))
+    outcomes = await asyncio.gather(*(runner.run(*r) for r in reqs))
     return time.perf_counter() - t0, list(outcomes)
 
 

@@ -14,7 +14,8 @@ from anyrtd.clock import SystemClock
 from anyrtd.config import Config
 from anyrtd.daemon import Daemon
 from anyrtd.places import Places, resolve_places
-from anyrtd.program import ProgramFn, RunOutcome, RunRequest
+from anyrtd.program import ProgramFn, RunOutcome
+from anyrtd.rows import RunRow
 from anyrtd.runner import Runner
 
 T = TypeVar("T")
@@ -205,21 +206,59 @@ def replica_runs(urls: list[str]) -> list[dict[str, Any]]:
     return asyncio.run(go())
 
 
+def run_of(
+    program: str,
+    args: Mapping[str, Any] | None = None,
+    *,
+    run_id: str = "run-1",
+    trigger_id: str | None = "trig-1",
+    scheduled_at: float | None = None,
+    device: str = "12D3KooWdevice",
+) -> tuple[RunRow, dict[str, Any]]:
+    """Return a run to hand a runner (`Runner.run`): its row, as `lifecycle.begin` makes it
+    for a run by hand or an event's, and its program's args."""
+    at = scheduled_at if scheduled_at is not None else time.time()
+    return RunRow(run_id, trigger_id, program, device, scheduled_at, at), dict(args or {})
+
+
+class StandInLaunch:
+    """What a stand-in runner's `ready` returns: the run, its args and its callbacks."""
+
+    def __init__(
+        self,
+        row: RunRow,
+        args: Mapping[str, Any],
+        on_start: Callable[[float], None] | None,
+        on_spawn: Callable[[int], Awaitable[None]] | None,
+    ) -> None:
+        self.row, self.args, self.on_start, self.on_spawn = row, args, on_start, on_spawn
+
+
 class ReadyByStart:
     """A stand-in runner's `ready` and `go` (`Runner.ready`, `Runner.go`): a run made ready
     is started by the stand-in's own `start` when it goes."""
 
     def start(
-        self, req: RunRequest, on_start: Callable[[float], None] | None = None
+        self,
+        row: RunRow,
+        args: Mapping[str, Any],
+        *,
+        on_start: Callable[[float], None] | None = None,
+        on_spawn: Callable[[int], Awaitable[None]] | None = None,
     ) -> Coroutine[Any, Any, RunOutcome]:
         raise NotImplementedError
 
     def ready(
-        self, req: RunRequest, on_start: Callable[[float], None] | None = None
-    ) -> tuple[RunRequest, Callable[[float], None] | None]:
-        return req, on_start
+        self,
+        row: RunRow,
+        args: Mapping[str, Any],
+        *,
+        on_start: Callable[[float], None] | None = None,
+        on_spawn: Callable[[int], Awaitable[None]] | None = None,
+    ) -> StandInLaunch:
+        return StandInLaunch(row, args, on_start, on_spawn)
 
-    def go(
-        self, launch: tuple[RunRequest, Callable[[float], None] | None]
-    ) -> Coroutine[Any, Any, RunOutcome]:
-        return self.start(*launch)
+    def go(self, launch: StandInLaunch) -> Coroutine[Any, Any, RunOutcome]:
+        return self.start(
+            launch.row, launch.args, on_start=launch.on_start, on_spawn=launch.on_spawn
+        )

@@ -12,7 +12,7 @@ import contextlib
 import json
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,20 +21,20 @@ from support import ReadyByStart
 
 from anyrtd.apply import Apply
 from anyrtd.clock import FakeClock, SystemClock
-from anyrtd.firing import START_JOURNAL_FILE, Firing, StartJournal, Undo
+from anyrtd.firing import START_JOURNAL_FILE, Firing, Prepared, StartJournal
 from anyrtd.metrics import Stats
 from anyrtd.mirror import AsyncMirror, Mirror
 from anyrtd.model import TriggerDef
-from anyrtd.program import RunOutcome, RunRequest
+from anyrtd.program import RunOutcome
 from anyrtd.records import RecordCache
 from anyrtd.registry import Entry, Registry, new_row
+from anyrtd.rows import RunRow
 from anyrtd.timer import (
     LEAD_MAX_PER_RUN_S,
     LEAD_MAX_S,
     LEAD_MIN_S,
     PRECISE_S,
     Lead,
-    Prepared,
     Timer,
 )
 from anyrtd.unit import Unit
@@ -73,10 +73,15 @@ class Runner(ReadyByStart):
         """Called as each program starts, after `on_start`."""
 
     def start(
-        self, req: RunRequest, on_start: Callable[[float], None] | None = None
+        self,
+        row: RunRow,
+        args: Mapping[str, Any],
+        *,
+        on_start: Callable[[float], None] | None = None,
+        on_spawn: Callable[[int], Awaitable[None]] | None = None,
     ) -> Coroutine[Any, Any, RunOutcome]:
         at = self.clock.now()
-        self.started[req.trigger_id or ""] = at
+        self.started[row.trigger_id or ""] = at
         if on_start is not None:
             on_start(at)
         self.on_each_start()
@@ -297,7 +302,8 @@ async def test_a_late_once_killed_between_its_commit_and_its_start_fires_late_no
     stage.clock.set(late)
     prepared = await stage.firing.prepare_batch(late, late, PEER, Verdict.ACTIVE)
     assert prepared is not None
-    [(_, row, _)] = prepared[0]
+    [launch] = prepared.launches.values()
+    row = launch.row
     assert (row.state, row.started_at) == (RunState.PREPARED, late)
     assert stage.outbox() == []  # nothing tells the server the once was consumed
     if began:
@@ -397,8 +403,8 @@ async def test_the_batches_started_within_the_note_wait_are_noted_in_one_commit(
     release = asyncio.Event()
     started = stage.runner.start
 
-    def held_start(req: RunRequest, on_start: Callable[[float], None] | None = None) -> Any:
-        done = started(req, on_start)
+    def held_start(row: RunRow, args: Mapping[str, Any], **calls: Any) -> Any:
+        done = started(row, args, **calls)
 
         async def ended() -> RunOutcome:
             await release.wait()
@@ -528,10 +534,9 @@ async def test_work_that_holds_the_loop_waits_for_a_start_due_within_it(stage: S
     is due within their stall, and just after the start otherwise."""
     clock = SystemClock()
     timer = Timer(stage.registry, stage.firing, clock, lambda: (PEER, Verdict.ACTIVE))
-    undo = Undo({}, {}, 0)
 
     async def took(due_in: float, stall_s: float) -> float:
-        timer.prepared[:] = [Prepared(clock.now() + due_in, {}, undo)]
+        timer.prepared[:] = [Prepared(clock.now() + due_in, {})]
         began = time.monotonic()
         await timer.clear_of(stall_s)
         return time.monotonic() - began
@@ -554,7 +559,7 @@ async def test_a_prepare_held_up_by_a_batch_prepared_already_sleeps_until_its_st
     ready = due - 0.01
     stage.clock.set(ready - 1.0)
     stage.timer.lead.note(1, 0.0, 1.0)  # a commit takes 1 s: a lead of 2 s, expected 1 s
-    stage.timer.prepared[:] = [Prepared(ready, {}, Undo({}, {}, 0))]
+    stage.timer.prepared[:] = [Prepared(ready, {})]
     with pytest.raises(TimeoutError):
         async with asyncio.timeout(0.3):
             await stage.timer.step()
@@ -577,13 +582,12 @@ async def test_a_batch_due_within_the_last_stretch_starts_at_its_due_time_never_
         return []
 
     timer.start = start  # type: ignore[method-assign]
-    undo = Undo({}, {}, 0)
     for _ in range(20):
-        timer.prepared[:] = [Prepared(time.time() + PRECISE_S / 2, {}, undo)]
+        timer.prepared[:] = [Prepared(time.time() + PRECISE_S / 2, {})]
         await timer.step()
     assert len(started) == 20 and all(at >= due for due, at in started)
     started.clear()
-    timer.prepared[:] = [Prepared(time.time() + 0.2, {}, undo)]
+    timer.prepared[:] = [Prepared(time.time() + 0.2, {})]
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(0.1):
             await timer.step()

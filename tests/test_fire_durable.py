@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
 import pytest
@@ -22,10 +22,10 @@ from anyrtd.events import ChatMessage
 from anyrtd.firing import Firing, NotDurable
 from anyrtd.metrics import Stats
 from anyrtd.model import TriggerDef
-from anyrtd.program import RunOutcome, RunRequest
+from anyrtd.program import RunOutcome
 from anyrtd.records import RecordCache
 from anyrtd.registry import Entry, Registry, new_row
-from anyrtd.rows import Batch
+from anyrtd.rows import Batch, RunRow
 from anyrtd.timer import Timer
 from anyrtd.unit import CommitFailed, Unit
 from anyrtd.vocab import RollupField, RunStatus, Verdict
@@ -73,12 +73,17 @@ class Runner(ReadyByStart):
     kill_grace_s = 0.1
 
     def __init__(self) -> None:
-        self.started: list[RunRequest] = []
+        self.started: list[RunRow] = []
 
     def start(
-        self, req: RunRequest, on_start: Callable[[float], None] | None = None
+        self,
+        row: RunRow,
+        args: Mapping[str, Any],
+        *,
+        on_start: Callable[[float], None] | None = None,
+        on_spawn: Callable[[int], Awaitable[None]] | None = None,
     ) -> Coroutine[Any, Any, RunOutcome]:
-        self.started.append(req)
+        self.started.append(row)
         if on_start is not None:
             on_start(T0)
 

@@ -12,12 +12,13 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from support import run_of
 
 from anyrtd.client import ServerClient
 from anyrtd.clock import FakeClock, SystemClock
 from anyrtd.config import CommandProgram, load_config
-from anyrtd.program import RunRequest
 from anyrtd.programs.rollup import author_of, digest_text, first_line
+from anyrtd.rows import RunRow
 from anyrtd.runner import Runner
 
 NOW = 1_800_000_000.0
@@ -79,8 +80,10 @@ async def runner(server: FakeServer) -> AsyncIterator[Runner]:
         )
 
 
-def request(program: str, args: Mapping[str, Any]) -> RunRequest:
-    return RunRequest("run-7", "trig-7", program, args, NOW, "dev")
+def request(program: str, args: Mapping[str, Any]) -> tuple[RunRow, dict[str, Any]]:
+    return run_of(
+        program, args, run_id="run-7", trigger_id="trig-7", scheduled_at=NOW, device="dev"
+    )
 
 
 # agent:remind@v1
@@ -90,7 +93,7 @@ async def test_remind_posts_the_text_as_a_message_under_the_agent_name(
     runner: Runner, server: FakeServer
 ) -> None:
     out = await runner.run(
-        request("agent:remind@v1", {"space": "sp", "chatId": "chat-1", "text": "standup in 5"})
+        *request("agent:remind@v1", {"space": "sp", "chatId": "chat-1", "text": "standup in 5"})
     )
 
     assert out.status == "ok", out.error
@@ -116,7 +119,7 @@ async def test_remind_posts_the_text_as_a_message_under_the_agent_name(
 async def test_remind_without_a_chat_posts_to_the_agent_space_general_chat(
     runner: Runner, server: FakeServer
 ) -> None:
-    out = await runner.run(request("agent:remind@v1", {"text": "hi"}))
+    out = await runner.run(*request("agent:remind@v1", {"text": "hi"}))
 
     assert out.status == "ok", out.error
     assert server.requests[0] == (
@@ -140,7 +143,7 @@ async def test_remind_without_a_chat_posts_to_the_agent_space_general_chat(
 async def test_remind_with_bad_args_fails_saying_what_to_fix(
     runner: Runner, server: FakeServer, args: dict[str, Any], message: str
 ) -> None:
-    out = await runner.run(request("agent:remind@v1", args))
+    out = await runner.run(*request("agent:remind@v1", args))
 
     assert (out.status, out.error_type) == ("FAILED", "InvalidArgs")
     assert out.error is not None and message in out.error
@@ -155,7 +158,7 @@ async def test_remind_reports_a_server_refusal_as_a_failure() -> None:
         runner = Runner(
             client=client, clock=FakeClock(NOW), agent_name="bao", space="s", commands={}
         )
-        out = await runner.run(request("agent:remind@v1", {"chatId": "c", "text": "x"}))
+        out = await runner.run(*request("agent:remind@v1", {"chatId": "c", "text": "x"}))
 
     assert (out.status, out.error_type) == ("FAILED", "ServerError")
     assert out.error == "409 tombstoned: gone"
@@ -178,7 +181,7 @@ async def test_rollup_posts_a_digest_of_the_last_day(runner: Runner, server: Fak
         msg("m4", NOW - 1_000, "reminder: standup", agent="bao"),
         msg("m5", NOW - 500, "deleted", author="bob", _deleted=True),
     ]
-    out = await runner.run(request("agent:rollup@v1", {"space": "sp", "chatId": "chat-1"}))
+    out = await runner.run(*request("agent:rollup@v1", {"space": "sp", "chatId": "chat-1"}))
 
     assert out.status == "ok", out.error
     assert out.result == {"title": "Digest: 4 messages from 3 authors", "effects": 1}
@@ -207,7 +210,7 @@ async def test_rollup_posts_a_digest_of_the_last_day(runner: Runner, server: Fak
 
 async def test_rollup_of_a_quiet_chat_posts_nothing(runner: Runner, server: FakeServer) -> None:
     server.messages = [msg("digest-run-1", NOW - 100, "Digest of ...", agent="bao")]
-    out = await runner.run(request("agent:rollup@v1", {"chatId": "chat-1", "hours": 2}))
+    out = await runner.run(*request("agent:rollup@v1", {"chatId": "chat-1", "hours": 2}))
 
     assert out.status == "ok"
     assert out.result == {"title": "No messages in the last 2 h", "effects": 0}
@@ -219,7 +222,7 @@ async def test_rollup_of_a_quiet_chat_posts_nothing(runner: Runner, server: Fake
 async def test_rollup_with_a_bad_window_fails_saying_what_to_fix(
     runner: Runner, server: FakeServer, hours: Any
 ) -> None:
-    out = await runner.run(request("agent:rollup@v1", {"chatId": "c", "hours": hours}))
+    out = await runner.run(*request("agent:rollup@v1", {"chatId": "c", "hours": hours}))
 
     assert (out.status, out.error_type) == ("FAILED", "InvalidArgs")
     assert out.error is not None and "args.hours, the window in hours" in out.error
@@ -272,7 +275,7 @@ async def test_the_contrib_disk_report_runs_as_a_command_program(
             commands={"mine:disk-report@v1": report},
         )
         out = await runner.run(
-            request("mine:disk-report@v1", {"path": str(tmp_path), "warnPercent": warn})
+            *request("mine:disk-report@v1", {"path": str(tmp_path), "warnPercent": warn})
         )
 
     assert out.status == status, out.output

@@ -7,12 +7,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from support import run_of
 
 from anyrtd.client import Dataset, ServerClient, Upsert
 from anyrtd.clock import SystemClock
 from anyrtd.config import CommandProgram
 from anyrtd.devserver import DevServer
-from anyrtd.program import RunRequest
+from anyrtd.rows import RunRow
 from anyrtd.runner import Runner
 
 SPACE = "bao"
@@ -34,8 +35,8 @@ async def general_chat(client: ServerClient) -> Dataset:
     return Dataset(SPACE, chat, "chat_messages")
 
 
-def request(program: str, args: dict[str, Any], run_id: str) -> RunRequest:
-    return RunRequest(run_id, "trig", program, args, None, "12D3KooWtest")
+def request(program: str, args: dict[str, Any], run_id: str) -> tuple[RunRow, dict[str, Any]]:
+    return run_of(program, args, run_id=run_id, trigger_id="trig", device="12D3KooWtest")
 
 
 async def test_remind_posts_a_message_the_chat_reads_as_new(
@@ -47,7 +48,7 @@ async def test_remind_posts_a_message_the_chat_reads_as_new(
     since = page.seq
 
     out = await runner.run(
-        request(
+        *request(
             "agent:remind@v1",
             {"space": SPACE, "chatId": chat.object_id, "text": "standup in 5"},
             "run-remind",
@@ -71,7 +72,7 @@ async def test_remind_into_a_space_that_does_not_exist_fails(
     client: ServerClient, runner: Runner
 ) -> None:
     out = await runner.run(
-        request(
+        *request(
             "agent:remind@v1",
             {"space": "no-such-space", "chatId": "obj", "text": "hello"},
             "run-lost",
@@ -100,8 +101,8 @@ async def test_rollup_posts_a_digest_of_the_last_day_skipping_its_own(
         ],
     )
 
-    first = await runner.run(request("agent:rollup@v1", {"chatId": chat.object_id}, "r1"))
-    second = await runner.run(request("agent:rollup@v1", {"chatId": chat.object_id}, "r2"))
+    first = await runner.run(*request("agent:rollup@v1", {"chatId": chat.object_id}, "r1"))
+    second = await runner.run(*request("agent:rollup@v1", {"chatId": chat.object_id}, "r2"))
 
     assert first.status == "ok", first.error
     assert first.result == {"title": "Digest: 3 messages from 2 authors", "effects": 1}
@@ -128,9 +129,9 @@ async def test_rollup_with_no_args_digests_the_general_chat(
     client: ServerClient, runner: Runner
 ) -> None:
     chat = await general_chat(client)
-    await runner.run(request("agent:remind@v1", {"text": "water the plants"}, "rem"))
+    await runner.run(*request("agent:remind@v1", {"text": "water the plants"}, "rem"))
 
-    out = await runner.run(request("agent:rollup@v1", {}, "roll"))
+    out = await runner.run(*request("agent:rollup@v1", {}, "roll"))
 
     assert out.status == "ok", out.error
     assert out.result["title"] == "Digest: 1 message from 1 author"
@@ -159,7 +160,7 @@ async def test_a_command_program_reaches_the_server_named_in_its_environment(
         commands={"mine:probe@v1": CommandProgram(argv=(sys.executable, "-c", code))},
         timeout_s=30,
     )
-    out = await runner.run(request("mine:probe@v1", {}, "probe"))
+    out = await runner.run(*request("mine:probe@v1", {}, "probe"))
 
     assert out.status == "ok", out.output
     assert out.result == {"title": f"found {SPACE}"}

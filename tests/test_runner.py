@@ -12,12 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import async_wait_until
+from support import async_wait_until, run_of
 
 from anyrtd.client import ServerClient, ServerUnavailable
 from anyrtd.clock import FakeClock, SystemClock
 from anyrtd.config import CommandProgram
-from anyrtd.program import ProgramContext, ProgramFn, RunOutcome, RunRequest
+from anyrtd.program import ProgramContext, ProgramFn, RunOutcome
+from anyrtd.rows import RunRow
 from anyrtd.runner import Runner
 
 PY = sys.executable
@@ -58,15 +59,8 @@ def make_runner(client: ServerClient) -> MakeRunner:
 
 def request(
     program: str, args: Mapping[str, Any] | None = None, run_id: str = "run-1"
-) -> RunRequest:
-    return RunRequest(
-        run_id=run_id,
-        trigger_id="trig-1",
-        program=program,
-        args=args or {},
-        scheduled_at=1_800_000_000.0,
-        device="12D3KooWdevice",
-    )
+) -> tuple[RunRow, dict[str, Any]]:
+    return run_of(program, args, run_id=run_id, scheduled_at=1_800_000_000.0)
 
 
 def py(code: str, **kw: Any) -> CommandProgram:
@@ -180,7 +174,7 @@ async def test_program_that_returns_is_ok_with_its_result_and_log(make_runner: M
         }
 
     runner = make_runner(programs={"test:ok@v1": main})
-    out = await runner.run(request("test:ok@v1", {"what": "the thing"}))
+    out = await runner.run(*request("test:ok@v1", {"what": "the thing"}))
 
     assert out.status == "ok"
     assert (out.error_type, out.error) == (None, None)
@@ -216,7 +210,7 @@ async def test_a_run_made_ready_starts_only_when_it_goes(make_runner: MakeRunner
 
     runner = make_runner(programs={"x:went@v1": main})
     starts: list[float] = []
-    launch = runner.ready(request("x:went@v1", {"n": 1}), starts.append)
+    launch = runner.ready(*request("x:went@v1", {"n": 1}), on_start=starts.append)
     await asyncio.sleep(0)
     assert calls == [] and starts == [] and runner.in_flight == 0
     outcome = await runner.go(launch)
@@ -228,7 +222,7 @@ async def test_a_run_made_ready_before_the_program_table_changed_is_made_ready_a
     make_runner: MakeRunner,
 ) -> None:
     runner = make_runner()
-    launch = runner.ready(request("x:late@v1"))  # not installed yet
+    launch = runner.ready(*request("x:late@v1"))  # not installed yet
 
     async def main(args: Mapping[str, Any], ctx: ProgramContext) -> None:
         return None
@@ -245,7 +239,7 @@ async def test_program_that_raises_fails_with_the_exception_class(make_runner: M
     async def main(args: Mapping[str, Any], ctx: ProgramContext) -> None:
         raise QuotaExhausted("the API quota is used up\nsecond line")
 
-    out = await make_runner(programs={"test:raise@v1": main}).run(request("test:raise@v1"))
+    out = await make_runner(programs={"test:raise@v1": main}).run(*request("test:raise@v1"))
 
     assert out.status == "FAILED"
     assert out.error_type == "QuotaExhausted"
@@ -270,10 +264,10 @@ async def test_a_program_the_server_failed_says_so_in_its_error_type(
             raise PostFailed("could not post the reminder") from exc
 
     runner = make_runner(programs={"test:post@v1": post, "test:wrapped@v1": wrapped})
-    direct = await runner.run(request("test:post@v1"))
+    direct = await runner.run(*request("test:post@v1"))
     assert (direct.status, direct.error_type) == ("FAILED", "ServerUnavailable")
     assert direct.error is not None and "ConnectError: Connection refused" in direct.error
-    wrap = await runner.run(request("test:wrapped@v1"))
+    wrap = await runner.run(*request("test:wrapped@v1"))
     assert (wrap.status, wrap.error_type) == ("FAILED", "ServerUnavailable")
     assert wrap.error == "could not post the reminder"
 
@@ -282,7 +276,7 @@ async def test_a_command_exiting_75_says_the_server_could_not_be_reached(
     make_runner: MakeRunner,
 ) -> None:
     prog = py("import sys; print('POST refused'); sys.exit(75)")
-    out = await make_runner(commands={"mine:post@v1": prog}).run(request("mine:post@v1"))
+    out = await make_runner(commands={"mine:post@v1": prog}).run(*request("mine:post@v1"))
     assert (out.status, out.error_type) == ("FAILED", "ServerUnavailable")
     assert out.error is not None and "exited with status 75" in out.error
     assert "could not reach the any server" in out.error
@@ -290,7 +284,7 @@ async def test_a_command_exiting_75_says_the_server_could_not_be_reached(
 
 async def test_command_that_exits_non_zero_fails_with_exit_code(make_runner: MakeRunner) -> None:
     prog = py("import sys; print('partial work'); print('bad disk', file=sys.stderr); sys.exit(3)")
-    out = await make_runner(commands={"mine:fail@v1": prog}).run(request("mine:fail@v1"))
+    out = await make_runner(commands={"mine:fail@v1": prog}).run(*request("mine:fail@v1"))
 
     assert out.status == "FAILED"
     assert out.error_type == "ExitCode"
@@ -300,14 +294,14 @@ async def test_command_that_exits_non_zero_fails_with_exit_code(make_runner: Mak
 
 async def test_command_killed_by_a_signal_fails_naming_it(make_runner: MakeRunner) -> None:
     prog = py("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
-    out = await make_runner(commands={"mine:segv@v1": prog}).run(request("mine:segv@v1"))
+    out = await make_runner(commands={"mine:segv@v1": prog}).run(*request("mine:segv@v1"))
 
     assert (out.status, out.error_type) == ("FAILED", "ExitCode")
     assert out.error is not None and "SIGSEGV" in out.error
 
 
 async def test_program_not_installed_fails_with_program_not_found(make_runner: MakeRunner) -> None:
-    out = await make_runner().run(request("vendor:absent@v9"))
+    out = await make_runner().run(*request("vendor:absent@v9"))
 
     assert out.status == "FAILED"
     assert out.error_type == "ProgramNotFound"
@@ -326,7 +320,7 @@ async def test_in_process_program_past_the_budget_is_incomplete(make_runner: Mak
             unwound.set()
 
     runner = make_runner(programs={"test:slow@v1": main}, timeout_s=0.3)
-    out = await runner.run(request("test:slow@v1"))
+    out = await runner.run(*request("test:slow@v1"))
 
     assert out.status == "incomplete"
     assert out.error_type == "BudgetExceeded"
@@ -339,7 +333,7 @@ async def test_in_process_program_past_the_budget_is_incomplete(make_runner: Mak
 async def test_command_past_the_budget_is_incomplete(make_runner: MakeRunner) -> None:
     prog = py("import time; print('started', flush=True); time.sleep(60)")
     out = await make_runner(commands={"mine:slow@v1": prog}, timeout_s=0.3).run(
-        request("mine:slow@v1")
+        *request("mine:slow@v1")
     )
 
     assert (out.status, out.error_type) == ("incomplete", "BudgetExceeded")
@@ -360,7 +354,7 @@ async def test_budget_kills_a_grandchild_that_ignores_sigterm(
         timeout_s=10,
         kill_grace_s=0.3,
     )
-    run = asyncio.create_task(runner.run(request("mine:family@v1")))
+    run = asyncio.create_task(runner.run(*request("mine:family@v1")))
     family = await wait_family(pidfile)
     assert all(process_alive(pid) for pid, _ in family.values())
 
@@ -385,7 +379,7 @@ async def test_leftovers_in_the_group_are_terminated_when_the_program_exits(
         """
     )
     out = await make_runner(commands={"mine:bg@v1": prog}, kill_grace_s=0.5).run(
-        request("mine:bg@v1")
+        *request("mine:bg@v1")
     )
 
     assert out.status == "ok"
@@ -398,7 +392,7 @@ async def test_cancelling_a_run_kills_its_process_group(
 ) -> None:
     pidfile = tmp_path / "pids"
     runner = make_runner(commands={"mine:family@v1": family_program(pidfile)}, kill_grace_s=0.3)
-    run = asyncio.create_task(runner.run(request("mine:family@v1")))
+    run = asyncio.create_task(runner.run(*request("mine:family@v1")))
     family = await wait_family(pidfile)
 
     run.cancel()
@@ -428,7 +422,7 @@ async def test_output_past_the_cap_is_counted_and_dropped(make_runner: MakeRunne
     )
     cap = 64 * 1024
     runner = make_runner(commands={"mine:big@v1": prog}, output_cap=cap, timeout_s=60)
-    out = await runner.run(request("mine:big@v1"))
+    out = await runner.run(*request("mine:big@v1"))
 
     written = 4096 * 1024 + 1024 * 1024 + len(json.dumps({"title": "big", "effects": 4096})) + 1
     kept = len(out.output.encode())
@@ -446,7 +440,7 @@ async def test_in_process_log_past_the_cap_is_counted_and_dropped(
             ctx.log.info("line %04d %s", i, "é" * 100)
 
     out = await make_runner(programs={"test:chatty@v1": main}, output_cap=1000).run(
-        request("test:chatty@v1")
+        *request("test:chatty@v1")
     )
 
     line_bytes = len(f"INFO line 0000 {'é' * 100}\n".encode())
@@ -476,7 +470,7 @@ async def test_command_gets_args_on_stdin_and_context_in_env_and_reports_a_resul
         env={"BACKUP_TARGET": "/srv/backup"},
     )
     args = {"path": "/home", "event": {"text": "now", "messageId": "m1"}}
-    out = await make_runner(commands={"mine:backup@v1": prog}).run(request("mine:backup@v1", args))
+    out = await make_runner(commands={"mine:backup@v1": prog}).run(*request("mine:backup@v1", args))
 
     assert out.status == "ok", out.output
     assert out.result == {
@@ -508,7 +502,7 @@ async def test_a_last_line_that_is_not_a_result_object_gives_no_result(
     make_runner: MakeRunner, last_line: str
 ) -> None:
     prog = py(f"print('hello'); print({last_line!r})")
-    out = await make_runner(commands={"mine:text@v1": prog}).run(request("mine:text@v1"))
+    out = await make_runner(commands={"mine:text@v1": prog}).run(*request("mine:text@v1"))
 
     assert out.status == "ok"
     assert out.result == {}
@@ -518,7 +512,7 @@ async def test_result_is_read_from_the_last_non_blank_line_without_newline(
     make_runner: MakeRunner,
 ) -> None:
     prog = py("""import sys; sys.stdout.write('{"title": "first"}\\n{"title": "last"}')""")
-    out = await make_runner(commands={"mine:nl@v1": prog}).run(request("mine:nl@v1"))
+    out = await make_runner(commands={"mine:nl@v1": prog}).run(*request("mine:nl@v1"))
 
     assert out.result == {"title": "last"}
 
@@ -535,7 +529,7 @@ async def test_a_lone_surrogate_in_a_command_result_is_replaced_and_said(
         sys.stdout.write('{"title": "cut \\ud83d", "model": "m\\udfff", "effects": 1}\n')
         """
     )
-    out = await make_runner(commands={"mine:js@v1": prog}).run(request("mine:js@v1"))
+    out = await make_runner(commands={"mine:js@v1": prog}).run(*request("mine:js@v1"))
 
     assert out.status == "ok", out.output
     assert out.result == {"title": "cut \ufffd", "model": "m\ufffd", "effects": 1}
@@ -551,7 +545,7 @@ async def test_a_lone_surrogate_in_a_command_result_is_replaced_and_said(
 
 async def test_output_that_is_not_utf8_is_replaced_and_said(make_runner: MakeRunner) -> None:
     prog = py(r"""import sys; sys.stdout.buffer.write(b"ok \xff\xfe bytes\n\xed\xa0\x80\n")""")
-    out = await make_runner(commands={"mine:bytes@v1": prog}).run(request("mine:bytes@v1"))
+    out = await make_runner(commands={"mine:bytes@v1": prog}).run(*request("mine:bytes@v1"))
 
     assert out.status == "ok"
     out.output.encode("utf-8")
@@ -569,7 +563,7 @@ async def test_a_lone_surrogate_in_an_error_or_a_log_line_is_replaced(
         ctx.log.info("half an emoji: \ud83d")
         raise ValueError("cannot post \ud83d")
 
-    out = await make_runner(programs={"mine:half@v1": main}).run(request("mine:half@v1"))
+    out = await make_runner(programs={"mine:half@v1": main}).run(*request("mine:half@v1"))
 
     assert (out.status, out.error_type, out.error) == ("FAILED", "ValueError", "cannot post \ufffd")
     out.output.encode("utf-8")
@@ -582,7 +576,7 @@ async def test_a_lone_surrogate_in_an_error_or_a_log_line_is_replaced(
 
 async def test_a_failed_command_still_reports_its_result(make_runner: MakeRunner) -> None:
     prog = py("""import sys; print('{"costUsd": 0.5}'); sys.exit(1)""")
-    out = await make_runner(commands={"mine:costly@v1": prog}).run(request("mine:costly@v1"))
+    out = await make_runner(commands={"mine:costly@v1": prog}).run(*request("mine:costly@v1"))
 
     assert (out.status, out.error_type, out.result) == ("FAILED", "ExitCode", {"costUsd": 0.5})
 
@@ -607,10 +601,10 @@ async def test_interrupt_all_ends_every_run_in_flight(
         kill_grace_s=0.3,
     )
     runs = [
-        asyncio.create_task(runner.run(request("test:forever@v1", run_id=f"r{i}")))
+        asyncio.create_task(runner.run(*request("test:forever@v1", run_id=f"r{i}")))
         for i in range(3)
     ]
-    runs.append(asyncio.create_task(runner.run(request("mine:family@v1", run_id="r-cmd"))))
+    runs.append(asyncio.create_task(runner.run(*request("mine:family@v1", run_id="r-cmd"))))
     family = await wait_family(pidfile)
 
     async def all_started() -> bool:
@@ -645,7 +639,7 @@ async def test_a_program_that_ignores_cancellation_is_abandoned_after_the_grace(
                 continue  # a misbehaving program
 
     runner = make_runner(programs={"test:stubborn@v1": main}, timeout_s=0.2, kill_grace_s=0.2)
-    out = await asyncio.wait_for(runner.run(request("test:stubborn@v1")), 10)
+    out = await asyncio.wait_for(runner.run(*request("test:stubborn@v1")), 10)
     release.set()
 
     assert (out.status, out.error_type) == ("incomplete", "BudgetExceeded")
@@ -661,7 +655,7 @@ async def test_a_synced_record_cannot_name_a_command_that_is_not_declared(
     marker = tmp_path / "ran"
     runner = make_runner(commands={"mine:ok@v1": CommandProgram(argv=("/bin/true",))})
     for spec in (f"/usr/bin/touch {marker}", "/bin/true", "sh", "mine:ok@v2", "mine:ok@v1 "):
-        out = await runner.run(request(spec))
+        out = await runner.run(*request(spec))
         assert (out.status, out.error_type) == ("FAILED", "ProgramNotFound"), spec
         assert not runner.is_installed(spec)
     assert not marker.exists()
@@ -673,7 +667,7 @@ async def test_a_declared_command_whose_executable_is_missing_fails_clearly(
 ) -> None:
     missing = str(tmp_path / "no-such-binary")
     out = await make_runner(commands={"mine:gone@v1": CommandProgram(argv=(missing,))}).run(
-        request("mine:gone@v1")
+        *request("mine:gone@v1")
     )
 
     assert (out.status, out.error_type) == ("FAILED", "FileNotFoundError")
@@ -694,7 +688,7 @@ async def test_a_non_async_main_fails_with_a_clear_type_error(make_runner: MakeR
         return {}
 
     runner = make_runner(programs={"test:sync@v1": main})  # type: ignore[dict-item]
-    out = await runner.run(request("test:sync@v1"))
+    out = await runner.run(*request("test:sync@v1"))
 
     assert (out.status, out.error_type) == ("FAILED", "TypeError")
     assert out.error is not None and "async def main(args, ctx)" in out.error
@@ -705,7 +699,7 @@ async def test_the_program_gets_a_copy_of_its_args(make_runner: MakeRunner) -> N
         args["event"]["text"] = "changed"  # type: ignore[index]
 
     args = {"event": {"text": "original"}}
-    await make_runner(programs={"test:mut@v1": main}).run(request("test:mut@v1", args))
+    await make_runner(programs={"test:mut@v1": main}).run(*request("test:mut@v1", args))
 
     assert args == {"event": {"text": "original"}}
 
@@ -729,7 +723,7 @@ async def test_a_programs_args_are_an_equal_copy_it_may_change_anywhere(
         _scribble(got)
 
     before = json.loads(json.dumps(args, default=repr))
-    await make_runner(programs={"test:mut@v1": main}).run(request("test:mut@v1", args))
+    await make_runner(programs={"test:mut@v1": main}).run(*request("test:mut@v1", args))
 
     assert seen == [before]
     assert json.loads(json.dumps(args, default=repr)) == before
@@ -771,7 +765,7 @@ async def test_configure_takes_a_new_program_table_and_budget(make_runner: MakeR
     runner.configure(commands={"mine:new@v1": py("import time; time.sleep(60)")}, timeout_s=0.2)
 
     assert not runner.is_installed("mine:old@v1")
-    out = await runner.run(request("mine:new@v1"))
+    out = await runner.run(*request("mine:new@v1"))
     assert (out.status, out.error_type) == ("incomplete", "BudgetExceeded")
     assert out.error is not None and "0.2 s" in out.error
     with pytest.raises(ValueError, match="greater than 0"):
@@ -782,7 +776,7 @@ async def test_a_command_that_cannot_be_started_fails_instead_of_raising(
     make_runner: MakeRunner,
 ) -> None:
     runner = make_runner(commands={"mine:nul@v1": CommandProgram(argv=("/bin/echo", "a\0b"))})
-    out = await runner.run(request("mine:nul@v1"))
+    out = await runner.run(*request("mine:nul@v1"))
 
     assert (out.status, out.error_type) == ("FAILED", "ValueError")
     assert out.error is not None and "cannot start command '/bin/echo'" in out.error
@@ -798,12 +792,12 @@ async def test_command_runs_leave_no_descriptors_open(make_runner: MakeRunner) -
         timeout_s=2.0,
         kill_grace_s=0.2,
     )
-    await runner.run(request("mine:ok@v1"))  # let asyncio set up its child watcher first
+    await runner.run(*request("mine:ok@v1"))  # let asyncio set up its child watcher first
     before = len(os.listdir("/proc/self/fd"))
 
     outs = await asyncio.gather(
-        *(runner.run(request("mine:ok@v1", run_id=f"ok-{i}")) for i in range(20)),
-        *(runner.run(request("mine:slow@v1", run_id=f"slow-{i}")) for i in range(5)),
+        *(runner.run(*request("mine:ok@v1", run_id=f"ok-{i}")) for i in range(20)),
+        *(runner.run(*request("mine:slow@v1", run_id=f"slow-{i}")) for i in range(5)),
     )
 
     assert [o.status for o in outs] == ["ok"] * 20 + ["incomplete"] * 5
@@ -820,6 +814,6 @@ async def test_a_command_does_not_inherit_the_daemon_notify_socket(
         "import os; print(sorted(k for k in os.environ if 'NOTIFY' in k or 'WATCHDOG' in k));"
         "print(os.environ['ANYRTD_TEST_INHERITED'])"
     )
-    out = await make_runner(commands={"mine:env@v1": prog}).run(request("mine:env@v1"))
+    out = await make_runner(commands={"mine:env@v1": prog}).run(*request("mine:env@v1"))
 
     assert out.output == "[]\nyes\n"

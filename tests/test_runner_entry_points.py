@@ -6,13 +6,15 @@ import sys
 import textwrap
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from support import run_of
 
 from anyrtd.client import ServerClient
 from anyrtd.clock import SystemClock
 from anyrtd.config import CommandProgram
-from anyrtd.program import RunRequest
+from anyrtd.rows import RunRow
 from anyrtd.runner import Runner
 
 
@@ -74,8 +76,8 @@ def make_runner(client: ServerClient, **commands: CommandProgram) -> Runner:
     )
 
 
-def request(program: str) -> RunRequest:
-    return RunRequest("run-ep", None, program, {"who": "world"}, None, "dev")
+def request(program: str) -> tuple[RunRow, dict[str, Any]]:
+    return run_of(program, {"who": "world"}, run_id="run-ep", trigger_id=None, device="dev")
 
 
 async def test_an_entry_point_program_is_loaded_lazily_and_runs(
@@ -84,7 +86,7 @@ async def test_an_entry_point_program_is_loaded_lazily_and_runs(
     runner = make_runner(client)
     assert plugin not in sys.modules
 
-    out = await runner.run(request("plugin:hello@v1"))
+    out = await runner.run(*request("plugin:hello@v1"))
 
     assert out.status == "ok", out.error
     assert out.result == {"title": "hello world"}
@@ -92,7 +94,7 @@ async def test_an_entry_point_program_is_loaded_lazily_and_runs(
     program = runner.resolve("plugin:hello@v1")
     assert program is not None and program.source == "entry_point"
     assert program.origin == f"{plugin}:main"
-    await runner.run(request("plugin:hello@v1"))
+    await runner.run(*request("plugin:hello@v1"))
     assert sys.modules[plugin].IMPORTS == [1], "the module was loaded more than once"
 
 
@@ -107,7 +109,7 @@ async def test_an_entry_point_that_fails_to_load_is_program_not_found(
     client: ServerClient, plugin: str
 ) -> None:
     runner = make_runner(client)
-    out = await runner.run(request("plugin:broken@v1"))
+    out = await runner.run(*request("plugin:broken@v1"))
 
     assert (out.status, out.error_type) == ("FAILED", "ProgramNotFound")
     assert out.error is not None
@@ -118,7 +120,7 @@ async def test_an_entry_point_that_fails_to_load_is_program_not_found(
 async def test_an_entry_point_that_is_not_callable_is_program_not_found(
     client: ServerClient, plugin: str
 ) -> None:
-    out = await make_runner(client).run(request("plugin:value@v1"))
+    out = await make_runner(client).run(*request("plugin:value@v1"))
 
     assert (out.status, out.error_type) == ("FAILED", "ProgramNotFound")
     assert out.error is not None and "is a int, not an async function" in out.error
@@ -147,7 +149,7 @@ async def test_a_package_installed_later_is_seen_after_a_rescan(
         assert not runner.is_installed("late:prog@v1"), "the index is cached"
         runner.rescan_entry_points()
         assert runner.is_installed("late:prog@v1")
-        assert (await runner.run(request("late:prog@v1"))).status == "ok"
+        assert (await runner.run(*request("late:prog@v1"))).status == "ok"
     finally:
         sys.modules.pop(module, None)
 
@@ -159,4 +161,4 @@ async def test_a_broken_entry_point_does_not_hide_a_declared_command(
     program = runner.resolve("plugin:broken@v1")
 
     assert program is not None and program.source == "command"
-    assert (await runner.run(request("plugin:broken@v1"))).status == "ok"
+    assert (await runner.run(*request("plugin:broken@v1"))).status == "ok"

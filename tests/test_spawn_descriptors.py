@@ -14,13 +14,14 @@ import resource
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
 
 import pytest
+from support import run_of
 
 from anyrtd.client import ServerClient
 from anyrtd.clock import SystemClock
 from anyrtd.config import CommandProgram
-from anyrtd.program import RunRequest
 from anyrtd.rows import RunRow
 from anyrtd.runner import Runner
 from anyrtd.runs import DAEMON_FAULT, rollup
@@ -73,15 +74,8 @@ def runner(client: ServerClient, timeout_s: float) -> Runner:
     )
 
 
-def request() -> RunRequest:
-    return RunRequest(
-        run_id="run-1",
-        trigger_id="trig-1",
-        program="test:echo@v1",
-        args={},
-        scheduled_at=time.time(),
-        device="12D3KooWdevice",
-    )
+def request() -> tuple[RunRow, dict[str, Any]]:
+    return run_of("test:echo@v1", scheduled_at=time.time())
 
 
 async def test_a_spawn_out_of_descriptors_waits_and_starts_when_they_come_back(
@@ -97,7 +91,7 @@ async def test_a_spawn_out_of_descriptors_waits_and_starts_when_they_come_back(
             release()
 
         asyncio.get_running_loop().call_later(0.3, give_back)
-        outcome = await run.run(request())
+        outcome = await run.run(*request())
     assert outcome.status == "ok", (outcome.error_type, outcome.error, outcome.output)
     assert "started" in outcome.output
     # Its start is the moment it really started, not the first try.
@@ -110,7 +104,7 @@ async def test_a_spawn_out_of_descriptors_for_the_whole_budget_is_the_daemons_fa
     run = runner(client, timeout_s=0.5)
     assert run.resolve("test:echo@v1") is not None
     with no_descriptors_left():
-        outcome = await run.run(request())
+        outcome = await run.run(*request())
     assert outcome.status == "FAILED"
     assert outcome.error_type == DAEMON_FAULT
     assert outcome.error is not None and "file descriptors" in outcome.error
@@ -122,7 +116,7 @@ async def test_a_program_lookup_out_of_descriptors_is_the_daemons_fault(
 ) -> None:
     run = runner(client, timeout_s=0.5)  # nothing resolved yet: the lookup reads files
     with no_descriptors_left():
-        outcome = await run.run(request())
+        outcome = await run.run(*request())
     assert outcome.status == "FAILED"
     assert outcome.error_type == DAEMON_FAULT, (outcome.error_type, outcome.error)
 

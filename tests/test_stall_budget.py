@@ -8,13 +8,15 @@ import asyncio
 import sys
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
+from support import run_of
 
 from anyrtd.client import ServerClient
 from anyrtd.clock import SystemClock
 from anyrtd.config import CommandProgram
-from anyrtd.program import RunRequest
+from anyrtd.rows import RunRow
 from anyrtd.runner import Runner
 from anyrtd.runner.budget import BEAT_S
 from anyrtd.vocab import RunStatus
@@ -43,10 +45,8 @@ def runner(client: ServerClient, code: str, budget_s: float) -> Runner:
     )
 
 
-def request() -> RunRequest:
-    return RunRequest(
-        run_id="r1", trigger_id="t", program="mine:p@v1", args={}, scheduled_at=None, device="d"
-    )
+def request() -> tuple[RunRow, dict[str, Any]]:
+    return run_of("mine:p@v1", run_id="r1", trigger_id="t", device="d")
 
 
 def hold_the_loop(seconds: float) -> None:
@@ -64,7 +64,7 @@ async def test_a_run_that_ended_while_the_daemon_was_held_up_is_not_past_its_bud
 ) -> None:
     run = runner(client, "import time; time.sleep(0.3)", budget_s=1.0)
     began = asyncio.Event()
-    task = asyncio.create_task(run.run(request(), lambda _at: began.set()))
+    task = asyncio.create_task(run.run(*request(), on_start=lambda _at: began.set()))
     await started(began)
     hold_the_loop(2.0)  # the program ends meanwhile; the budget's time passes too
     out = await asyncio.wait_for(task, 20)
@@ -74,7 +74,7 @@ async def test_a_run_that_ended_while_the_daemon_was_held_up_is_not_past_its_bud
 async def test_a_stall_does_not_hide_a_run_that_overruns_its_budget(client: ServerClient) -> None:
     run = runner(client, "import time; time.sleep(60)", budget_s=1.0)
     began = asyncio.Event()
-    task = asyncio.create_task(run.run(request(), lambda _at: began.set()))
+    task = asyncio.create_task(run.run(*request(), on_start=lambda _at: began.set()))
     await started(began)
     hold_the_loop(2.5)
     out = await asyncio.wait_for(task, 20)

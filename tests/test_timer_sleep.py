@@ -15,8 +15,8 @@ import pytest
 from test_fire_ahead import PEER, Stage, stage  # noqa: F401 - the fixture
 
 from anyrtd.clock import SystemClock
-from anyrtd.firing import Undo
-from anyrtd.timer import PRECISE_S, Prepared, Timer, precise_sleep
+from anyrtd.firing import Prepared
+from anyrtd.timer import PRECISE_S, Timer, precise_sleep
 from anyrtd.vocab import Verdict
 
 
@@ -62,9 +62,8 @@ async def test_a_batch_starts_at_its_due_time_when_the_thread_sleep_fails(
     monkeypatch.setattr(time, "sleep", einval)
     if select_fails:
         monkeypatch.setattr(select, "select", lambda *_a: einval(0.0))
-    undo = Undo({}, {}, 0)
     for _ in range(5):
-        timer.prepared[:] = [Prepared(time.time() + PRECISE_S / 2, {}, undo)]
+        timer.prepared[:] = [Prepared(time.time() + PRECISE_S / 2, {})]
         deadline = time.monotonic() + 1.0
         while timer.prepared and time.monotonic() < deadline:
             await timer.step()

@@ -8,8 +8,9 @@
 - `capture`: the run's output, kept up to the cap, and the result line;
 - `process`: a command's process group, stopped whole.
 
-What a program implements (`ProgramContext`, `ProgramFn`, `RunRequest`, `RunOutcome`) is in
-`anyrtd.program`; the result fields a program may report are in `anyrtd.runs`.
+What a program implements (`ProgramContext`, `ProgramFn`) and what a run reports
+(`RunOutcome`) are in `anyrtd.program`; the result fields a program may report are in
+`anyrtd.runs`.
 """
 
 from anyrtd.runner.resolve import ENTRY_POINT_GROUP, Program

@@ -16,16 +16,16 @@ import json
 import logging
 import os
 import traceback
-from collections.abc import Callable, Coroutine, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
 from anyrtd.client import ServerClient, ServerUnavailable
 from anyrtd.clock import Clock, SystemClock
 from anyrtd.config import CommandProgram
 from anyrtd.notify import child_environ
-from anyrtd.program import ProgramContext, ProgramFn, RunOutcome, RunRequest
+from anyrtd.program import ProgramContext, ProgramFn, RunOutcome
 from anyrtd.programs import BUILTINS
+from anyrtd.rows import RunRow
 from anyrtd.runner.budget import Budget, Stalls
 from anyrtd.runner.capture import Capture, LastLine, LineSink, Pipes, RunLogger
 from anyrtd.runner.process import (
@@ -56,57 +56,88 @@ _PROGRAM_LOG = logging.getLogger("anyrtd.programs")
 _DRAIN_WAIT_S = 2.0
 
 
-class _Flight:
-    """An in-flight run: the stop signal (budget or interrupt) and completion."""
+class Launch:
+    """A run as the runner holds it, from `Runner.ready` to its end: the run (its row, read
+    and never written here) and its program's args, what the caller is told on the way
+    (`on_start`, `on_spawn`), and once made ready its capture, its program and call, its
+    stop signal (budget or interrupt), its completion and how it ended."""
+
+    __slots__ = (
+        "_clock",
+        "args",
+        "budget_s",
+        "call",
+        "capture",
+        "done",
+        "error",
+        "error_type",
+        "generation",
+        "on_spawn",
+        "on_start",
+        "program",
+        "result",
+        "row",
+        "started_at",
+        "status",
+        "stop",
+    )
 
     def __init__(
         self,
-        loop: asyncio.AbstractEventLoop,
+        row: RunRow,
+        args: Mapping[str, Any],
+        on_start: Callable[[float], None] | None,
+        on_spawn: Callable[[int], Awaitable[None]] | None,
         budget_s: float,
         clock: Clock,
-        on_start: Callable[[float], None] | None,
+        capture: Capture,
+        generation: int,
     ) -> None:
+        self.row = row
+        self.args = args
+        """The program's args (its trigger's, plus the `event` of an event's run)."""
+        self.on_start = on_start
+        """Called with the moment the program starts, at that moment."""
+        self.on_spawn = on_spawn
+        """Called with a command's process group once it is started, before the runner waits."""
         self.budget_s = budget_s
-        self.stop: asyncio.Future[str] = loop.create_future()
+        self._clock = clock
+        self.capture = capture
+        self.program: Program | Exception | None = None
+        """The program found, None when none is installed, or the runner's own failure."""
+        self.call: Callable[[], Coroutine[Any, Any, Any]] | None = None
+        """An in-process program's call, made a task when the run starts."""
+        self.generation = generation
+        """The runner's `generation` it was made ready in."""
+        self.stop: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self.done = asyncio.Event()
         self.started_at: float | None = None
-        self._clock = clock
-        self._on_start = on_start
+        self.status = RunStatus.FAILED
+        self.error_type: str | None = None
+        self.error: str | None = None
+        self.result: dict[str, Any] = {}
 
     def start(self) -> None:
         """Note that the program starts now: called just before the in-process call, or
         just before the command's process is spawned."""
         self.started_at = self._clock.now()
-        if self._on_start is not None:
-            self._on_start(self.started_at)
+        if self.on_start is not None:
+            self.on_start(self.started_at)
 
     def signal(self, why: str) -> None:
         if not self.stop.done():
             self.stop.set_result(why)
 
-
-@dataclass(slots=True)
-class Launch:
-    """A run made ready to start (`Runner.ready`): all of it but its start (`Runner.go`)."""
-
-    req: RunRequest
-    on_start: Callable[[float], None] | None
-    capture: Capture
-    flight: _Flight
-    program: Program | Exception | None
-    """The program found, None when none is installed, or the runner's own failure."""
-    call: Callable[[], Coroutine[Any, Any, Any]] | None
-    """An in-process program's call, made a task when the run starts."""
-    generation: int
-    """The runner's `generation` it was made ready in."""
-
-
-@dataclass
-class _Ended:
-    status: RunStatus
-    error_type: str | None = None
-    error: str | None = None
-    result: dict[str, Any] = field(default_factory=dict)
+    def end(
+        self,
+        status: RunStatus,
+        error_type: str | None = None,
+        error: str | None = None,
+        result: dict[str, Any] | None = None,
+    ) -> None:
+        """Note how the run ended (its times and output are added by `Runner`)."""
+        self.status, self.error_type, self.error = status, error_type, error
+        self.result = {} if result is None else result
 
 
 class Runner:
@@ -139,7 +170,7 @@ class Runner:
         self._timeout_s = timeout_s
         self._kill_grace_s = max(0.0, kill_grace_s)
         self._output_cap = output_cap
-        self._flights: set[_Flight] = set()
+        self._flights: set[Launch] = set()
         self._event_only: dict[str, str] = {}
         """Programs that run only on an event, and why (a run by hand can only fail)."""
         if watch_stalls is None:
@@ -218,19 +249,32 @@ class Runner:
     # running
 
     async def run(
-        self, req: RunRequest, on_start: Callable[[float], None] | None = None
+        self,
+        row: RunRow,
+        args: Mapping[str, Any],
+        *,
+        on_start: Callable[[float], None] | None = None,
+        on_spawn: Callable[[int], Awaitable[None]] | None = None,
     ) -> RunOutcome:
-        """Run one program to its end, under the budget; never raise for what the program does.
+        """Run the program of `row` with `args` to its end, under the budget; never raise for
+        what the program does. The row is read, never written: its owner is
+        `anyrtd.lifecycle`, and `on_start`/`on_spawn` tell the caller what to write.
 
         The outcome's `started_at` is when the program was really started (the in-process
         call, or the command's spawn), and `on_start` is called with it at that moment; a
         program that never started (not installed, cannot be spawned) has the time the
-        runner gave up. `duration_ms` is `ended_at - started_at`.
+        runner gave up. `duration_ms` is `ended_at - started_at`. `on_spawn` is called with
+        a command's process group once it is started, before the runner waits.
         """
-        return await self.start(req, on_start)
+        return await self.start(row, args, on_start=on_start, on_spawn=on_spawn)
 
     def start(
-        self, req: RunRequest, on_start: Callable[[float], None] | None = None
+        self,
+        row: RunRow,
+        args: Mapping[str, Any],
+        *,
+        on_start: Callable[[float], None] | None = None,
+        on_spawn: Callable[[int], Awaitable[None]] | None = None,
     ) -> Coroutine[Any, Any, RunOutcome]:
         """Start one run now; return the coroutine that runs it to its end (as `run` does).
 
@@ -240,81 +284,89 @@ class Runner:
         command is spawned when the coroutine first runs, each in the task that awaits it,
         none waiting for another. The coroutine must be awaited.
         """
-        return self.go(self.ready(req, on_start))
+        return self.go(self.ready(row, args, on_start=on_start, on_spawn=on_spawn))
 
-    def ready(self, req: RunRequest, on_start: Callable[[float], None] | None = None) -> Launch:
+    def ready(
+        self,
+        row: RunRow,
+        args: Mapping[str, Any],
+        *,
+        on_start: Callable[[float], None] | None = None,
+        on_spawn: Callable[[int], Awaitable[None]] | None = None,
+    ) -> Launch:
         """Make one run ready to start (`go`): its capture, its program found, its context and
         its own copy of the args, but no task yet. A batch prepared ahead of its due time is
         made ready in its lead, so that at the due time each start costs its task alone."""
-        capture = Capture(self._output_cap)
-        flight = _Flight(asyncio.get_running_loop(), self._timeout_s, self._clock, on_start)
-        program: Program | Exception | None
-        call = None
+        launch = Launch(
+            row,
+            args,
+            on_start,
+            on_spawn,
+            self._timeout_s,
+            self._clock,
+            Capture(self._output_cap),
+            self.generation,
+        )
         try:
-            program = self.resolve(req.program)
+            launch.program = program = self.resolve(row.program)
             if program is not None and program.main is not None:
-                call = self._call(program.main, req, capture, flight)
+                launch.call = self._call(program.main, launch)
         except Exception as exc:  # a bug of the runner itself: reported by the coroutine
-            program = exc
-        return Launch(req, on_start, capture, flight, program, call, self.generation)
+            launch.program = exc
+        return launch
 
     def go(self, launch: Launch) -> Coroutine[Any, Any, RunOutcome]:
         """Start a run made ready (`ready`); return the coroutine that runs it to its end, as
         `start` does. A run made ready before the program table or the budget changed is
         made ready again first."""
         if launch.generation != self.generation:
-            launch = self.ready(launch.req, launch.on_start)
-        self._flights.add(launch.flight)
-        launched: tuple[Program | None, asyncio.Task[Any] | None] | Exception
-        if isinstance(launch.program, Exception):
-            launched = launch.program
-        elif launch.call is None:
-            launched = (launch.program, None)
-        else:
+            launch = self.ready(
+                launch.row, launch.args, on_start=launch.on_start, on_spawn=launch.on_spawn
+            )
+        self._flights.add(launch)
+        task: asyncio.Task[Any] | Exception | None = None
+        if launch.call is not None and not isinstance(launch.program, Exception):
             try:
-                task = asyncio.create_task(launch.call(), name=f"anyrtd-run-{launch.req.run_id}")
-                launched = (launch.program, task)
+                task = asyncio.create_task(launch.call(), name=f"anyrtd-run-{launch.row.run_id}")
             except Exception as exc:  # a bug of the runner itself: reported by the coroutine
-                launched = exc
-        return self._finish(launch.req, launched, launch.capture, launch.flight)
+                task = exc
+        return self._finish(launch, task)
 
     async def _finish(
-        self,
-        req: RunRequest,
-        launched: tuple[Program | None, asyncio.Task[Any] | None] | Exception,
-        capture: Capture,
-        flight: _Flight,
+        self, launch: Launch, task: asyncio.Task[Any] | Exception | None
     ) -> RunOutcome:
-        clock = self._clock
+        clock, capture = self._clock, launch.capture
         try:
-            if isinstance(launched, Exception):
-                raise launched
-            ended = await self._execute(req, *launched, capture, flight)
+            if isinstance(launch.program, Exception):
+                raise launch.program
+            if isinstance(task, Exception):
+                raise task
+            await self._execute(launch, launch.program, task)
         except Exception as exc:  # a bug of the runner itself must still end the run
-            log.exception("run %s: the runner failed", req.run_id)
+            log.exception("run %s: the runner failed", launch.row.run_id)
             capture.add_line("".join(traceback.format_exception(exc)))
-            ended = _Ended(
+            launch.end(
                 RunStatus.FAILED,
                 DAEMON_FAULT if out_of_descriptors(exc) else type(exc).__name__,
                 f"anyrtd runner error: {one_line(str(exc), '')}",
             )
         finally:
-            self._flights.discard(flight)
-            flight.done.set()
+            self._flights.discard(launch)
+            launch.done.set()
         ended_at = clock.now()
-        started_at = flight.started_at if flight.started_at is not None else ended_at
+        started_at = launch.started_at if launch.started_at is not None else ended_at
         ended_at = max(ended_at, started_at)
-        error_type, error = _valid_or_none(ended.error_type), _valid_or_none(ended.error)
-        if error_type != ended.error_type or error != ended.error:
+        error_type, error = _valid_or_none(launch.error_type), _valid_or_none(launch.error)
+        if error_type != launch.error_type or error != launch.error:
             capture.add_line(f"anyrtd: the run's error: {REPLACED}")
         return RunOutcome(
-            status=ended.status,
+            status=launch.status,
             error_type=error_type,
             error=error,
             started_at=started_at,
             ended_at=ended_at,
             duration_ms=duration_ms(started_at, ended_at),
-            result=ended.result,
+            result=launch.result,
             output=capture.text(),
             output_dropped=capture.dropped,
         )
@@ -327,145 +379,137 @@ class Runner:
         await asyncio.gather(*(f.done.wait() for f in flights))
 
     async def _execute(
-        self,
-        req: RunRequest,
-        program: Program | None,
-        call: asyncio.Task[Any] | None,
-        capture: Capture,
-        flight: _Flight,
-    ) -> _Ended:
+        self, launch: Launch, program: Program | None, call: asyncio.Task[Any] | None
+    ) -> None:
         if program is None:
-            return _Ended(
-                RunStatus.FAILED, "ProgramNotFound", self._programs.not_found(req.program)
+            launch.end(
+                RunStatus.FAILED, "ProgramNotFound", self._programs.not_found(launch.row.program)
             )
-        budget = Budget(self._clock, self._stalls, flight.budget_s, lambda: flight.signal("budget"))
+            return
+        budget = Budget(self._clock, self._stalls, launch.budget_s, lambda: launch.signal("budget"))
         try:
             if program.command is not None:
-                return await self._run_command(program, program.command, req, capture, flight)
-            assert call is not None
-            return await self._run_in_process(call, req, capture, flight)
+                await self._run_command(program, program.command, launch)
+            else:
+                assert call is not None
+                await self._run_in_process(call, launch)
         finally:
             budget.cancel()
 
-    def _stopped(self, why: str, flight: _Flight) -> _Ended:
+    def _stopped(self, why: str, launch: Launch) -> None:
         if why == "budget":
-            return _Ended(
+            launch.end(
                 RunStatus.INCOMPLETE,
                 "BudgetExceeded",
-                f"ran past the run budget of {flight.budget_s:g} s and was stopped",
+                f"ran past the run budget of {launch.budget_s:g} s and was stopped",
             )
-        return _Ended(RunStatus.INTERRUPTED, None, "the daemon stopped this run")
+        else:
+            launch.end(RunStatus.INTERRUPTED, None, "the daemon stopped this run")
 
-    def _call(
-        self, main: ProgramFn, req: RunRequest, capture: Capture, flight: _Flight
-    ) -> Callable[[], Coroutine[Any, Any, Any]]:
+    def _call(self, main: ProgramFn, launch: Launch) -> Callable[[], Coroutine[Any, Any, Any]]:
         """Return the call of an in-process program, its context and args built (its task
         starts it at the loop's next turn)."""
+        row = launch.row
         ctx = ProgramContext(
-            run_id=req.run_id,
-            trigger_id=req.trigger_id,
-            scheduled_at=req.scheduled_at,
-            device=req.device,
+            run_id=row.run_id,
+            trigger_id=row.trigger_id,
+            scheduled_at=row.scheduled_at,
+            device=row.device,
             agent_name=self._agent_name,
             space=self._space,
-            log=RunLogger(f"anyrtd.programs.run.{req.run_id}", capture, _PROGRAM_LOG),
+            log=RunLogger(f"anyrtd.programs.run.{row.run_id}", launch.capture, _PROGRAM_LOG),
             client=self._client,
             clock=self._clock,
         )
         # A program gets its own copy: editing its args must not touch the daemon's record.
-        args = _own_copy(req.args)
+        args = _own_copy(launch.args)
 
         async def call() -> Mapping[str, Any] | None:
-            flight.start()
+            launch.start()
             value = main(args, ctx)
             if not inspect.isawaitable(value):
                 raise TypeError(
-                    f"program {req.program!r} returned {type(value).__name__} instead of an "
+                    f"program {row.program!r} returned {type(value).__name__} instead of an "
                     f"awaitable: define it as async def main(args, ctx)"
                 )
             return await value
 
         return call
 
-    async def _run_in_process(
-        self, task: asyncio.Task[Any], req: RunRequest, capture: Capture, flight: _Flight
-    ) -> _Ended:
+    async def _run_in_process(self, task: asyncio.Task[Any], launch: Launch) -> None:
         stopped: str | None = None
         try:
-            await asyncio.wait(_futures(task, flight.stop), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(_futures(task, launch.stop), return_when=asyncio.FIRST_COMPLETED)
         finally:
             if not task.done():
-                stopped = flight.stop.result() if flight.stop.done() else "cancelled"
+                stopped = launch.stop.result() if launch.stop.done() else "cancelled"
                 task.cancel()
-                await self._settle(task, req)
+                await self._settle(task, launch.row)
         if stopped is not None:
-            return self._stopped(stopped, flight)
-        if task.cancelled():
-            return _Ended(RunStatus.FAILED, "CancelledError", "the program was cancelled")
-        exc = task.exception()
-        if exc is not None:
-            capture.add_line("".join(traceback.format_exception(exc)))
+            self._stopped(stopped, launch)
+        elif task.cancelled():
+            launch.end(RunStatus.FAILED, "CancelledError", "the program was cancelled")
+        elif (exc := task.exception()) is not None:
+            launch.capture.add_line("".join(traceback.format_exception(exc)))
             kind = _error_type(exc)
-            return _Ended(RunStatus.FAILED, kind, one_line(str(exc), kind))
-        result, notes = normalize_result(task.result())
-        for note in notes:
-            capture.add_line(f"anyrtd: {note}")
-        return _Ended(RunStatus.OK, result=result)
+            launch.end(RunStatus.FAILED, kind, one_line(str(exc), kind))
+        else:
+            result, notes = normalize_result(task.result())
+            for note in notes:
+                launch.capture.add_line(f"anyrtd: {note}")
+            launch.end(RunStatus.OK, result=result)
 
-    async def _settle(self, task: asyncio.Task[Any], req: RunRequest) -> None:
+    async def _settle(self, task: asyncio.Task[Any], row: RunRow) -> None:
         """Give a cancelled program the grace period to unwind; abandon it past that."""
         done, _ = await asyncio.wait({task}, timeout=self._kill_grace_s)
         if not done:
             log.warning(
                 "run %s: program %s ignored cancellation for %g s; abandoning it",
-                req.run_id,
-                req.program,
+                row.run_id,
+                row.program,
                 self._kill_grace_s,
             )
         elif not task.cancelled():
             task.exception()  # retrieved, so asyncio does not report it as never seen
 
-    def _command_env(self, cmd: CommandProgram, req: RunRequest) -> dict[str, str]:
+    def _command_env(self, cmd: CommandProgram, row: RunRow) -> dict[str, str]:
         # The notify variables are for the daemon alone: a child must not ping its watchdog.
         env = {**child_environ(os.environ), **cmd.env}
         env.update(
-            ANYRTD_RUN_ID=req.run_id,
-            ANYRTD_TRIGGER_ID=req.trigger_id or "",
-            ANYRTD_SCHEDULED_AT="" if req.scheduled_at is None else repr(req.scheduled_at),
-            ANYRTD_DEVICE=req.device,
+            ANYRTD_RUN_ID=row.run_id,
+            ANYRTD_TRIGGER_ID=row.trigger_id or "",
+            ANYRTD_SCHEDULED_AT="" if row.scheduled_at is None else repr(row.scheduled_at),
+            ANYRTD_DEVICE=row.device,
             ANYRTD_SPACE=self._space,
             ANYRTD_SERVER=self._client.base_url,
             ANYRTD_AGENT_NAME=self._agent_name,
-            ANYRTD_PROGRAM=req.program,
+            ANYRTD_PROGRAM=row.program,
         )
         return env
 
-    async def _run_command(
-        self,
-        program: Program,
-        cmd: CommandProgram,
-        req: RunRequest,
-        capture: Capture,
-        flight: _Flight,
-    ) -> _Ended:
-        payload = json.dumps(dict(req.args), default=str).encode() + b"\n"
-        env = self._command_env(cmd, req)
-        try:  # flight.start() is called just before the spawn (again, if it is retried)
+    async def _run_command(self, program: Program, cmd: CommandProgram, launch: Launch) -> None:
+        capture = launch.capture
+        payload = json.dumps(dict(launch.args), default=str).encode() + b"\n"
+        env = self._command_env(cmd, launch.row)
+        try:  # launch.start() is called just before the spawn (again, if it is retried)
             proc, out_r, err_r = await spawn_in_group(
-                cmd.argv, cwd=cmd.cwd, env=env, before_spawn=flight.start, stop=flight.stop
+                cmd.argv, cwd=cmd.cwd, env=env, before_spawn=launch.start, stop=launch.stop
             )
         except OutOfDescriptors as exc:  # the daemon's fault: not the program's
-            if flight.stop.result() == "interrupt":
-                return self._stopped("interrupt", flight)
-            return _Ended(RunStatus.FAILED, DAEMON_FAULT, str(exc))
+            if launch.stop.result() == "interrupt":
+                self._stopped("interrupt", launch)
+            else:
+                launch.end(RunStatus.FAILED, DAEMON_FAULT, str(exc))
+            return
         except (OSError, ValueError) as exc:  # ValueError: a NUL byte in argv or env
             reason = getattr(exc, "strerror", None) or str(exc)
-            return _Ended(
+            launch.end(
                 RunStatus.FAILED,
                 type(exc).__name__,
                 f"cannot start command {cmd.argv[0]!r}: {reason}; check argv in the local "
                 f'config\'s [programs."{program.spec}"] table',
             )
+            return
         pgid = proc.pid
         last_line = LastLine()
         pipes = Pipes()
@@ -475,10 +519,10 @@ class Runner:
         waiter = asyncio.create_task(proc.wait())
         why: str | None = None
         try:
-            if req.on_spawn is not None:
-                await req.on_spawn(pgid)
-            await asyncio.wait(_futures(waiter, flight.stop), return_when=asyncio.FIRST_COMPLETED)
-            why = None if waiter.done() else flight.stop.result()
+            if launch.on_spawn is not None:
+                await launch.on_spawn(pgid)
+            await asyncio.wait(_futures(waiter, launch.stop), return_when=asyncio.FIRST_COMPLETED)
+            why = None if waiter.done() else launch.stop.result()
         finally:
             # On budget, interrupt, or our own cancellation: nothing of the group survives.
             # After a normal exit, whatever the program left in its group goes too, as
@@ -497,7 +541,8 @@ class Runner:
             if not waiter.done():
                 waiter.cancel()
         if why is not None:
-            return self._stopped(why, flight)
+            self._stopped(why, launch)
+            return
         rc = waiter.result()
         result: dict[str, Any] = {}
         line = last_line.finish()
@@ -511,15 +556,16 @@ class Runner:
                 for note in notes:
                     capture.add_line(f"anyrtd: {note}")
         if rc == 0:
-            return _Ended(RunStatus.OK, result=result)
-        if rc == EX_TEMPFAIL:
-            return _Ended(
+            launch.end(RunStatus.OK, result=result)
+        elif rc == EX_TEMPFAIL:
+            launch.end(
                 RunStatus.FAILED,
                 SERVER_UNAVAILABLE,
                 f"{exit_message(cmd.argv[0], rc)}: the program could not reach the any server",
                 result,
             )
-        return _Ended(RunStatus.FAILED, "ExitCode", exit_message(cmd.argv[0], rc), result)
+        else:
+            launch.end(RunStatus.FAILED, "ExitCode", exit_message(cmd.argv[0], rc), result)
 
 
 EX_TEMPFAIL = 75
