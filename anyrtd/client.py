@@ -24,7 +24,7 @@ from collections.abc import (
 )
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from urllib.parse import quote, urlsplit
 
 if TYPE_CHECKING:  # a local CLI command imports this module's types, not aiohttp
@@ -199,14 +199,26 @@ class DevicesView:
         return next((d for d in self.devices if d.peer_id == peer_id), None)
 
 
-@dataclass(frozen=True)
-class Upsert:
-    """A field-level write of one record: only `fields` change; `unset` paths are removed."""
+class Write(NamedTuple):
+    """A field-level write of one record: only `fields` change; `unset` paths are removed.
 
-    id: str
+    Sent at once, its place is named in `ServerClient.upsert(where, ...)`; queued in the
+    outbox (`anyrtd.rows.Batch.write`), it names the place by `dataset`, and read back from
+    there it carries its `seq` and `attempts` too. A tuple: a burst makes thousands."""
+
+    record_id: str
     fields: Mapping[str, Any]
     unset: Sequence[str] = ()
     if_version: int | None = None
+    """Write only if the server's record is still at this version (a claim: see `apply`);
+    None writes whatever the record is at."""
+    dataset: str = ""
+    """The name the outbox resolves to a place (`anyrtd.outbox.RUNS`, `TRIGGERS`); empty for
+    a write sent at once."""
+    seq: int = 0
+    """Its place in the outbox, once read back from there (0 before)."""
+    attempts: int = 0
+    """How often the outbox tried to send it, once read back from there (0 before)."""
 
 
 def encode(body: Any) -> bytes:
@@ -433,13 +445,15 @@ class ServerClient:
 
     # records
 
-    async def upsert(self, where: Dataset, writes: Iterable[Upsert]) -> dict[str, int]:
+    async def upsert(self, where: Dataset, writes: Iterable[Write]) -> dict[str, int]:
         """Write fields of records (field-level merge); return each id's new version."""
         writes = list(writes)
         if not writes:
             return {}
         if all(not w.unset and w.if_version is None for w in writes):
-            records: list[dict[str, Any]] = [{"id": w.id, "fields": dict(w.fields)} for w in writes]
+            records: list[dict[str, Any]] = [
+                {"id": w.record_id, "fields": dict(w.fields)} for w in writes
+            ]
             path = self._space_path(where, "upsert")
             body = await self._call("POST", path, {**self._where(where), "records": records})
         else:
@@ -449,7 +463,7 @@ class ServerClient:
                     {"type": "$set", "path": k, "value": v} for k, v in w.fields.items()
                 ]
                 ops += [{"type": "$unset", "path": p} for p in w.unset]
-                rec: dict[str, Any] = {"id": w.id, "upsert": True, "ops": ops}
+                rec: dict[str, Any] = {"id": w.record_id, "upsert": True, "ops": ops}
                 if w.if_version is not None:
                     rec["ifVersion"] = w.if_version
                 mods.append(rec)

@@ -18,10 +18,9 @@ from anyrtd.client import (
     ServerError,
     ServerUnavailable,
     Unsendable,
-    Upsert,
+    Write,
 )
 from anyrtd.mirror import AsyncMirror, Mirror
-from anyrtd.rows import OutboxItem
 
 log = logging.getLogger("anyrtd.outbox")
 
@@ -104,23 +103,23 @@ class DrainWake:
         self._settled = result is not None and result.error is None and not result.more
 
 
-def coalesce(items: list[OutboxItem]) -> list[tuple[str, list[OutboxItem]]]:
-    """Group a window of queued items by dataset, keeping each record's writes in order.
+def coalesce(items: list[Write]) -> list[tuple[str, list[Write]]]:
+    """Group a window of queued writes by dataset, keeping each record's writes in order.
 
     Writes to different records are independent, so one request per dataset carries the
     whole window; the order that matters, that of the writes to one record, is kept.
     """
-    groups: dict[str, list[OutboxItem]] = {}
+    groups: dict[str, list[Write]] = {}
     for item in items:
         groups.setdefault(item.dataset, []).append(item)
     return list(groups.items())
 
 
-def merge(items: list[OutboxItem]) -> list[Upsert]:
+def merge(items: list[Write]) -> list[Write]:
     """Fold several field writes of one record into one write (later fields win).
 
-    A record's folded write is conditional on the version of its first conditional item:
-    the items before that one were made against the same version, as nothing of them has
+    A record's folded write is conditional on the version of its first conditional write:
+    the writes before that one were made against the same version, as nothing of them has
     reached the server yet.
     """
     merged: dict[str, tuple[dict[str, Any], list[str]]] = {}
@@ -137,10 +136,7 @@ def merge(items: list[OutboxItem]) -> list[Upsert]:
             fields[key] = value
             if key in unset:
                 unset.remove(key)
-    return [
-        Upsert(id=rid, fields=f, unset=u, if_version=versions.get(rid))
-        for rid, (f, u) in merged.items()
-    ]
+    return [Write(rid, f, unset=u, if_version=versions.get(rid)) for rid, (f, u) in merged.items()]
 
 
 async def drain(
@@ -178,7 +174,7 @@ async def drain(
             *(client.upsert(where, merge(group)) for where, group in groups),
             return_exceptions=True,
         )
-        taken: list[OutboxItem] = []
+        taken: list[Write] = []
         try:
             for (where, group), answer in zip(groups, answers, strict=True):
                 if isinstance(answer, Exception) and not refused(answer):
@@ -187,7 +183,7 @@ async def drain(
                     await db.call(functools.partial(_fail, seqs=seqs, error=str(answer)))
                     continue
                 if isinstance(answer, Exception):
-                    # A refused (atomic) batch, or one the client could not send: one item is
+                    # A refused (atomic) batch, or one the client could not send: one write is
                     # enough for that, so send one by one to find it.
                     versions, sent, lost = await _one_by_one(db, client, where, group, result, now)
                     taken += lost
@@ -218,19 +214,19 @@ async def _one_by_one(
     db: AsyncMirror,
     client: ServerClient,
     where: Dataset,
-    group: list[OutboxItem],
+    group: list[Write],
     result: DrainResult,
     now: Callable[[], float],
-) -> tuple[dict[str, int], list[OutboxItem], list[OutboxItem]]:
+) -> tuple[dict[str, int], list[Write], list[Write]]:
     """Send `group` a write at a time; set aside each one that can never go.
 
-    Return the versions, the items the server took, and the conditional items it refused
+    Return the versions, the writes the server took, and the conditional writes it refused
     because their record changed (`DrainResult.lost`); stop at a server that is away or
     says "not now" (`result.error`).
     """
     versions: dict[str, int] = {}
-    sent: list[OutboxItem] = []
-    lost: list[OutboxItem] = []
+    sent: list[Write] = []
+    lost: list[Write] = []
     for item in group:
         try:
             versions.update(await client.upsert(where, merge([item])))
@@ -281,7 +277,7 @@ def _not_now(result: DrainResult, exc: Exception) -> None:
         result.retry_after = max(exc.retry_after, result.retry_after or 0.0)
 
 
-def superseded(item: OutboxItem, exc: Exception) -> bool:
+def superseded(item: Write, exc: Exception) -> bool:
     """Tell whether the server refused a conditional write because its record changed."""
     return (
         item.if_version is not None
