@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 
-from anyrtd.client import Dataset, ServerClient, ServerError, Write
+from anyrtd.client import Dataset, ServerClient, ServerError, Upsert
 from anyrtd.clock import Clock
 from anyrtd.events import CHAT_DATASET, ChatMessage, is_own, message_of
 from anyrtd.model import TriggerDef
@@ -108,7 +108,7 @@ async def ensure_chat_watch(
         if chat is None:
             chat = await client.child(space, AGENT_BUNDLE, GENERAL_CHAT_SEED)
         try:
-            await client.upsert(triggers, [Write(rid, chat_watch_fields(chat), if_version=0)])
+            await client.upsert(triggers, [Upsert(rid, chat_watch_fields(chat), if_version=0)])
         except ServerError as exc:
             if exc.code == "tombstoned":
                 continue
@@ -458,7 +458,7 @@ class ChatWatch:
                 continue
             where = Dataset(message.space, message.object_id, CHAT_DATASET)
             reply = reply_fields(text, self.agent_name, message.message_id, ctx.clock.now())
-            await ctx.client.upsert(where, [Write(REPLY_PREFIX + message.message_id, reply)])
+            await ctx.client.upsert(where, [Upsert(REPLY_PREFIX + message.message_id, reply)])
             ctx.log.info("answered message %s (%s)", message.message_id, type(responder).__name__)
             return {"title": f"Answered {_summary(message.text)}", "turns": 1, "effects": 1}
         return {"title": f"No answer to {_summary(message.text)}", "turns": 1}

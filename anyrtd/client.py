@@ -199,14 +199,14 @@ class DevicesView:
         return next((d for d in self.devices if d.peer_id == peer_id), None)
 
 
-class Write(NamedTuple):
+class Upsert(NamedTuple):
     """A field-level write of one record: only `fields` change; `unset` paths are removed.
 
     Sent at once, its place is named in `ServerClient.upsert(where, ...)`; queued in the
     outbox (`anyrtd.rows.Batch.write`), it names the place by `dataset`, and read back from
     there it carries its `seq` and `attempts` too. A tuple: a burst makes thousands."""
 
-    record_id: str
+    id: str
     fields: Mapping[str, Any]
     unset: Sequence[str] = ()
     if_version: int | None = None
@@ -445,15 +445,13 @@ class ServerClient:
 
     # records
 
-    async def upsert(self, where: Dataset, writes: Iterable[Write]) -> dict[str, int]:
+    async def upsert(self, where: Dataset, writes: Iterable[Upsert]) -> dict[str, int]:
         """Write fields of records (field-level merge); return each id's new version."""
         writes = list(writes)
         if not writes:
             return {}
         if all(not w.unset and w.if_version is None for w in writes):
-            records: list[dict[str, Any]] = [
-                {"id": w.record_id, "fields": dict(w.fields)} for w in writes
-            ]
+            records: list[dict[str, Any]] = [{"id": w.id, "fields": dict(w.fields)} for w in writes]
             path = self._space_path(where, "upsert")
             body = await self._call("POST", path, {**self._where(where), "records": records})
         else:
@@ -463,7 +461,7 @@ class ServerClient:
                     {"type": "$set", "path": k, "value": v} for k, v in w.fields.items()
                 ]
                 ops += [{"type": "$unset", "path": p} for p in w.unset]
-                rec: dict[str, Any] = {"id": w.record_id, "upsert": True, "ops": ops}
+                rec: dict[str, Any] = {"id": w.id, "upsert": True, "ops": ops}
                 if w.if_version is not None:
                     rec["ifVersion"] = w.if_version
                 mods.append(rec)

@@ -20,7 +20,7 @@ from anyrtd import standing
 from anyrtd.apply import SPREAD_STALL_S, Apply
 from anyrtd.chat import CHAT_WATCH_ONLY, CHAT_WATCH_PROGRAM, ChatWatch
 from anyrtd.claims import Fence
-from anyrtd.client import ServerClient, ServerError, ServerUnavailable, Write
+from anyrtd.client import ServerClient, ServerError, ServerUnavailable, Upsert
 from anyrtd.clock import Clock, SystemClock
 from anyrtd.config import Config
 from anyrtd.daemon_port import DaemonPort
@@ -477,7 +477,7 @@ class Daemon:
             if pending is not None and pending.error is not None:
                 raise ServerUnavailable(pending.error)
             await self.client.upsert(
-                self.places.triggers, [Write(trigger_id, fields, unset=list(unset))]
+                self.places.triggers, [Upsert(trigger_id, fields, unset=list(unset))]
             )
         records, _ = await self.client.query(self.places.triggers, filter={"id": trigger_id})
         for record in records:

@@ -48,7 +48,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.pool import ConnectionPoolEntry
 
-from anyrtd.client import Write
+from anyrtd.client import Upsert
 from anyrtd.heap import gc_paused
 from anyrtd.mirror_guard import (
     AT_RISK,
@@ -513,13 +513,13 @@ class Mirror:
         with self.engine.connect() as conn:
             return {str(s): int(n) for s, n in conn.execute(q)}
 
-    def outbox_pending(self, limit: int = 500) -> list[Write]:
+    def outbox_pending(self, limit: int = 500) -> list[Upsert]:
         """Return the oldest writes still to send, in order; set-aside ones are not sent.
 
         A row whose stored text no longer decodes (a damaged mirror) is set aside here, so
         that it cannot stop the writes behind it.
         """
-        items: list[Write] = []
+        items: list[Upsert] = []
         undecodable: list[int] = []
         with self.engine.connect() as conn:
             rows = conn.exec_driver_sql(_PENDING_OUTBOX, (limit,))
@@ -530,7 +530,7 @@ class Mirror:
                     undecodable.append(seq)
                     continue
                 items.append(
-                    Write(
+                    Upsert(
                         record_id, fields_, unset, if_version, dataset, seq=seq, attempts=attempts
                     )
                 )

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from anyrtd.claims import Fence
-from anyrtd.client import Dataset, ServerClient, ServerError, ServerUnavailable, Write
+from anyrtd.client import Dataset, ServerClient, ServerError, ServerUnavailable, Upsert
 from anyrtd.clock import Clock
 from anyrtd.config import CommandProgram, Config, NoticeSettings
 from anyrtd.election import Gate
@@ -307,7 +307,7 @@ class Notices:
             # Conditional: two devices that both think they are active write one mark.
             version = records[0].get("_v")
             at = version if isinstance(version, int) else None
-            mark = Write(n.trigger_id, {NOTICED_FIELD: marks}, if_version=at)
+            mark = Upsert(n.trigger_id, {NOTICED_FIELD: marks}, if_version=at)
             await client.upsert(places.triggers, [mark])
         except (ServerUnavailable, ServerError) as exc:
             log.debug("notice %s waits for the server: %s", printable(n.key), exc)
@@ -397,7 +397,7 @@ class Notices:
             "createdAt": round(p.clock.now(), 3),
             "notice": row.kind,
         }
-        await p.client.upsert(self._chat, [Write(message_id(row.key), fields)])
+        await p.client.upsert(self._chat, [Upsert(message_id(row.key), fields)])
 
 
 def _saving(row: NoticeRow) -> Callable[[Mirror], None]:

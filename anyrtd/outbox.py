@@ -18,7 +18,7 @@ from anyrtd.client import (
     ServerError,
     ServerUnavailable,
     Unsendable,
-    Write,
+    Upsert,
 )
 from anyrtd.mirror import AsyncMirror, Mirror
 
@@ -103,19 +103,19 @@ class DrainWake:
         self._settled = result is not None and result.error is None and not result.more
 
 
-def coalesce(items: list[Write]) -> list[tuple[str, list[Write]]]:
+def coalesce(items: list[Upsert]) -> list[tuple[str, list[Upsert]]]:
     """Group a window of queued writes by dataset, keeping each record's writes in order.
 
     Writes to different records are independent, so one request per dataset carries the
     whole window; the order that matters, that of the writes to one record, is kept.
     """
-    groups: dict[str, list[Write]] = {}
+    groups: dict[str, list[Upsert]] = {}
     for item in items:
         groups.setdefault(item.dataset, []).append(item)
     return list(groups.items())
 
 
-def merge(items: list[Write]) -> list[Write]:
+def merge(items: list[Upsert]) -> list[Upsert]:
     """Fold several field writes of one record into one write (later fields win).
 
     A record's folded write is conditional on the version of its first conditional write:
@@ -126,8 +126,8 @@ def merge(items: list[Write]) -> list[Write]:
     versions: dict[str, int] = {}
     for item in items:
         if item.if_version is not None:
-            versions.setdefault(item.record_id, item.if_version)
-        fields, unset = merged.setdefault(item.record_id, ({}, []))
+            versions.setdefault(item.id, item.if_version)
+        fields, unset = merged.setdefault(item.id, ({}, []))
         for key in item.unset:
             fields.pop(key, None)
             if key not in unset:
@@ -136,7 +136,7 @@ def merge(items: list[Write]) -> list[Write]:
             fields[key] = value
             if key in unset:
                 unset.remove(key)
-    return [Write(rid, f, unset=u, if_version=versions.get(rid)) for rid, (f, u) in merged.items()]
+    return [Upsert(rid, f, unset=u, if_version=versions.get(rid)) for rid, (f, u) in merged.items()]
 
 
 async def drain(
@@ -174,7 +174,7 @@ async def drain(
             *(client.upsert(where, merge(group)) for where, group in groups),
             return_exceptions=True,
         )
-        taken: list[Write] = []
+        taken: list[Upsert] = []
         try:
             for (where, group), answer in zip(groups, answers, strict=True):
                 if isinstance(answer, Exception) and not refused(answer):
@@ -187,16 +187,14 @@ async def drain(
                     # enough for that, so send one by one to find it.
                     versions, sent, lost = await _one_by_one(db, client, where, group, result, now)
                     taken += lost
-                    result.lost.extend((i.dataset, i.record_id) for i in lost)
+                    result.lost.extend((i.dataset, i.id) for i in lost)
                 elif isinstance(answer, BaseException):
                     raise answer
                 else:
                     versions, sent = answer, group
                 taken += sent
                 result.sent += len(sent)
-                result.acked.extend(
-                    (i.dataset, i.record_id, versions.get(i.record_id)) for i in sent
-                )
+                result.acked.extend((i.dataset, i.id, versions.get(i.id)) for i in sent)
         finally:
             # What the server took is acknowledged in one transaction per round, whatever
             # stopped the round.
@@ -214,10 +212,10 @@ async def _one_by_one(
     db: AsyncMirror,
     client: ServerClient,
     where: Dataset,
-    group: list[Write],
+    group: list[Upsert],
     result: DrainResult,
     now: Callable[[], float],
-) -> tuple[dict[str, int], list[Write], list[Write]]:
+) -> tuple[dict[str, int], list[Upsert], list[Upsert]]:
     """Send `group` a write at a time; set aside each one that can never go.
 
     Return the versions, the writes the server took, and the conditional writes it refused
@@ -225,8 +223,8 @@ async def _one_by_one(
     says "not now" (`result.error`).
     """
     versions: dict[str, int] = {}
-    sent: list[Write] = []
-    lost: list[Write] = []
+    sent: list[Upsert] = []
+    lost: list[Upsert] = []
     for item in group:
         try:
             versions.update(await client.upsert(where, merge([item])))
@@ -239,9 +237,9 @@ async def _one_by_one(
                     "dropped a write to %s %s made against version %s: the record changed "
                     "on the server since, and that change stands",
                     item.dataset,
-                    item.record_id,
+                    item.id,
                     item.if_version,
-                    extra={"trigger": item.record_id if item.dataset == TRIGGERS else None},
+                    extra={"trigger": item.id if item.dataset == TRIGGERS else None},
                 )
                 lost.append(item)
                 continue
@@ -251,9 +249,9 @@ async def _one_by_one(
                 "set aside a write the server cannot take (kept in the mirror, not sent "
                 "again; `anyrtd doctor` lists it): %s %s: %s",
                 item.dataset,
-                item.record_id,
+                item.id,
                 reason,
-                extra={"trigger": item.record_id if item.dataset == TRIGGERS else None},
+                extra={"trigger": item.id if item.dataset == TRIGGERS else None},
             )
             await db.call(functools.partial(_set_aside, seq=item.seq, error=reason, now=now()))
             continue
@@ -277,7 +275,7 @@ def _not_now(result: DrainResult, exc: Exception) -> None:
         result.retry_after = max(exc.retry_after, result.retry_after or 0.0)
 
 
-def superseded(item: Write, exc: Exception) -> bool:
+def superseded(item: Upsert, exc: Exception) -> bool:
     """Tell whether the server refused a conditional write because its record changed."""
     return (
         item.if_version is not None

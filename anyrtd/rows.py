@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from anyrtd.client import Write
+from anyrtd.client import Upsert
 from anyrtd.vocab import RunState, RunStatus
 
 
@@ -100,7 +100,7 @@ class Batch:
     evict: list[str] = field(default_factory=list)
     tombstones: list[str] = field(default_factory=list)
     runs: list[RunRow] = field(default_factory=list)
-    outbox: list[Write] = field(default_factory=list)
+    outbox: list[Upsert] = field(default_factory=list)
     drop_runs: list[str] = field(default_factory=list)
     """Runs cancelled before their start, or found never started at a restart: their rows go."""
     meta: dict[str, str] = field(default_factory=dict)
@@ -129,4 +129,4 @@ class Batch:
         if_version: int | None = None,
     ) -> None:
         """Queue a field-level write of a server record in the outbox."""
-        self.outbox.append(Write(record_id, dict(fields), list(unset), if_version, dataset))
+        self.outbox.append(Upsert(record_id, dict(fields), list(unset), if_version, dataset))

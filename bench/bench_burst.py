@@ -23,7 +23,7 @@ from typing import Any
 
 from support import percentile, start_devserver
 
-from anyrtd.client import ServerClient, Write
+from anyrtd.client import ServerClient, Upsert
 from anyrtd.clock import SystemClock
 from anyrtd.config import CommandProgram, Config
 from anyrtd.daemon import Daemon
@@ -80,7 +80,7 @@ async def burst(url: str, n: int, program: str, lead_s: float) -> dict[str, Any]
         async with ServerClient(url) as client:
             for start in range(0, n, 500):
                 upserts = [
-                    Write(
+                    Upsert(
                         f"b{int(at)}-{i}",
                         {
                             "kind": "once",

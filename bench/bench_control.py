@@ -29,7 +29,7 @@ from typing import Any
 
 import aiohttp
 
-from anyrtd.client import ServerClient, Write
+from anyrtd.client import ServerClient, Upsert
 from anyrtd.clock import SystemClock
 from anyrtd.config import Config
 from anyrtd.control.server import ControlServer
@@ -154,7 +154,7 @@ async def seed(url: str, peer: str, n: int) -> list[str]:
         places = await resolve_places(client, "bao")
         for start in range(0, n, 500):
             batch = [
-                Write(
+                Upsert(
                     rid,
                     {
                         "kind": "cron",

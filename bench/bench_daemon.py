@@ -23,7 +23,7 @@ from typing import Any
 
 from support import percentile, start_devserver
 
-from anyrtd.client import Dataset, ServerClient, Write
+from anyrtd.client import Dataset, ServerClient, Upsert
 from anyrtd.config import Config
 from anyrtd.daemon import Daemon
 from anyrtd.program import ProgramContext
@@ -81,7 +81,7 @@ async def seed(url: str, n: int, peer: str, *, spec: Any = None) -> None:
                 else:
                     s = {"every_s": 3600 + i}
                 batch.append(
-                    Write(
+                    Upsert(
                         f"t{i:06d}",
                         {"kind": "cron", "spec": s, "program": "bench:noop@v1", "owner": peer},
                     )
@@ -122,7 +122,7 @@ async def bench_tick(url: str, n: int) -> dict[str, Any]:
             await client.upsert(
                 daemon.places.triggers,
                 [
-                    Write(
+                    Upsert(
                         f"probe{i}",
                         {
                             "kind": "cron",
@@ -226,7 +226,7 @@ async def bench_burst(url: str, n: int) -> dict[str, Any]:
                 await client.upsert(
                     daemon.places.triggers,
                     [
-                        Write(
+                        Upsert(
                             f"burst{i}",
                             {
                                 "kind": "once",

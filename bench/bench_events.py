@@ -27,7 +27,7 @@ from typing import Any
 
 from support import percentile, start_devserver
 
-from anyrtd.client import Dataset, ServerClient, Write
+from anyrtd.client import Dataset, ServerClient, Upsert
 from anyrtd.clock import SystemClock
 from anyrtd.config import Config
 from anyrtd.daemon import Daemon
@@ -86,7 +86,7 @@ async def bench(messages: int, burst: int) -> dict[str, Any]:
                 "owner": daemon.peer_id,
                 "maxConsecutiveFailures": 1000,
             }
-            await user.upsert(daemon.places.triggers, [Write("bench-events", fields)])
+            await user.upsert(daemon.places.triggers, [Upsert("bench-events", fields)])
             while "bench-events" not in daemon.registry or not daemon.role.live.heads:
                 ticked.clear()
                 await ticked.wait()
@@ -94,7 +94,7 @@ async def bench(messages: int, burst: int) -> dict[str, Any]:
             async def send(mid: str) -> float:
                 sent = time.time()
                 body = {"text": f"message {mid}", "author": "bench", "createdAt": sent}
-                await user.upsert(chat, [Write(mid, body)])
+                await user.upsert(chat, [Upsert(mid, body)])
                 return sent
 
             sequential: list[float] = []

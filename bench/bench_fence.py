@@ -33,7 +33,7 @@ from typing import Any
 
 import httpx
 
-from anyrtd.client import ServerClient, Write
+from anyrtd.client import ServerClient, Upsert
 from anyrtd.places import resolve_places
 
 LINE = re.compile(r"^anyrtd devserver: device (\d+) (\S+) (http://\S+)$")
@@ -187,7 +187,7 @@ async def scenario(
             "program": PROGRAM,
             "owner": peer,
         }
-        await clients[i].upsert(places[i].triggers, [Write(rid, fields)])
+        await clients[i].upsert(places[i].triggers, [Upsert(rid, fields)])
     # Let the first holder's takeover settle before the clock of the scenario starts.
     await asyncio.sleep(3 * cluster.tick + cluster.delay)
     started = time.time()
@@ -238,7 +238,7 @@ async def scenario(
             "owner": "",
         }
         replica = k % 3
-        await clients[replica].upsert(places[replica].triggers, [Write(rid, fields)])
+        await clients[replica].upsert(places[replica].triggers, [Upsert(rid, fields)])
         ids.append(rid)
         await asyncio.sleep(max(0.0, started + (k + 1) * every - time.time()))
     if partition and "to" not in partition:

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from anyrtd.client import ServerClient, Write
+from anyrtd.client import ServerClient, Upsert
 from anyrtd.places import Places, resolve_places
 from bench.fire_child import PROBE
 from bench.support import percentile, start_devserver
@@ -243,7 +243,7 @@ class Setup:
             await self.client.upsert(
                 self.places.triggers,
                 [
-                    Write(rid, {**fields, "owner": self.peer})
+                    Upsert(rid, {**fields, "owner": self.peer})
                     for rid, fields in records[start : start + batch]
                 ],
             )

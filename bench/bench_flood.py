@@ -36,7 +36,7 @@ from typing import Any
 import aiohttp
 import httpx
 
-from anyrtd.client import ServerClient, Write
+from anyrtd.client import ServerClient, Upsert
 from anyrtd.places import resolve_places
 
 LINE = re.compile(r"^anyrtd devserver: device \d+ (\S+) (http://\S+)$")
@@ -200,7 +200,7 @@ async def seed(url: str, peer: str, n: int) -> None:
         ids = [f"flood-{i:05d}" for i in range(n)]
         for start in range(0, n, 500):
             batch = [
-                Write(
+                Upsert(
                     rid,
                     {
                         "kind": "cron",
@@ -223,7 +223,7 @@ async def seed(url: str, peer: str, n: int) -> None:
             "owner": peer,
             "enabled": True,
         }
-        await client.upsert(places.triggers, [Write(PROBE, probe)])
+        await client.upsert(places.triggers, [Upsert(PROBE, probe)])
 
 
 async def probe_runs(url: str) -> list[dict[str, Any]]:

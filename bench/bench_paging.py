@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from anyrtd.client import ServerClient, Write
+from anyrtd.client import ServerClient, Upsert
 from anyrtd.places import resolve_places
 
 LINE = re.compile(r"^anyrtd devserver: device (\d+) (\S+) (http://\S+)$")
@@ -66,7 +66,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                     await client.upsert(
                         places.triggers,
                         [
-                            Write(
+                            Upsert(
                                 f"t{i:06d}",
                                 {"kind": "cron", "spec": {"every_s": 86_400}, "program": "p"},
                             )

@@ -29,7 +29,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from anyrtd.client import ServerClient, Write
+from anyrtd.client import ServerClient, Upsert
 from anyrtd.places import resolve_places
 
 T = TypeVar("T")
@@ -73,7 +73,7 @@ def put(url: str, triggers: dict[str, dict[str, Any]]) -> None:
     async def main() -> None:
         async with ServerClient(url) as client:
             places = await resolve_places(client, "bao")
-            await client.upsert(places.triggers, [Write(k, v) for k, v in triggers.items()])
+            await client.upsert(places.triggers, [Upsert(k, v) for k, v in triggers.items()])
 
     asyncio.run(main())
 

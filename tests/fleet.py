@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from anyrtd.client import Dataset, ServerClient, ServerUnavailable, Write
+from anyrtd.client import Dataset, ServerClient, ServerUnavailable, Upsert
 from anyrtd.clock import FakeClock
 from anyrtd.config import Config
 from anyrtd.daemon import Daemon
@@ -221,7 +221,7 @@ class Fleet:
     async def put(self, rid: str, via: Node | None = None, **fields: Any) -> None:
         triggers, _, _ = await self.places()
         client = via.user if via is not None else self.user
-        await client.upsert(triggers, [Write(rid, fields)])
+        await client.upsert(triggers, [Upsert(rid, fields)])
 
     async def record(self, rid: str, via: Node | None = None) -> dict[str, Any] | None:
         triggers, _, _ = await self.places()
@@ -242,7 +242,7 @@ class Fleet:
         mid = f"m-{uuid.uuid4().hex[:12]}"
         client = via.user if via is not None else self.user
         body = {"text": text, "author": "ana", "createdAt": self.clock.now(), **fields}
-        await client.upsert(chat or general, [Write(mid, body)])
+        await client.upsert(chat or general, [Upsert(mid, body)])
         return mid
 
     async def messages(self, via: Node | None = None) -> list[dict[str, Any]]:

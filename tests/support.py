@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from anyrtd.client import ServerClient, Write
+from anyrtd.client import ServerClient, Upsert
 from anyrtd.clock import SystemClock
 from anyrtd.config import Config
 from anyrtd.daemon import Daemon
@@ -104,7 +104,7 @@ def put_triggers(url: str, records: dict[str, dict[str, Any]]) -> None:
         client = ServerClient(url)
         try:
             places = await resolve_places(client, "bao")
-            await client.upsert(places.triggers, [Write(rid, f) for rid, f in records.items()])
+            await client.upsert(places.triggers, [Upsert(rid, f) for rid, f in records.items()])
         finally:
             await client.aclose()
 
@@ -157,7 +157,7 @@ class World:
 
     def put(self, rid: str, **fields: Any) -> None:
         """A field-level write."""
-        self.call(lambda c, p: c.upsert(p.triggers, [Write(rid, fields)]))
+        self.call(lambda c, p: c.upsert(p.triggers, [Upsert(rid, fields)]))
 
     def record(self, rid: str) -> dict[str, Any]:
         records, _ = self.call(lambda c, p: c.query(p.triggers, filter={"id": rid}))

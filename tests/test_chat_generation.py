@@ -20,7 +20,7 @@ from control_support import ServeProcess
 from support import wait_until
 
 from anyrtd.chat import current_generation, generation_of
-from anyrtd.client import Dataset, ServerClient, Write
+from anyrtd.client import Dataset, ServerClient, Upsert
 from anyrtd.places import resolve_places
 from anyrtd.programs.chat import AGENT_BUNDLE, GENERAL_CHAT_SEED
 
@@ -90,7 +90,7 @@ def say(url: str, text: str) -> str:
 
     async def go(client: ServerClient) -> None:
         body = {"text": text, "author": "ana", "createdAt": time.time()}
-        await client.upsert(await _general(client), [Write(mid, body)])
+        await client.upsert(await _general(client), [Upsert(mid, body)])
 
     run(go, url)
     return mid

@@ -183,12 +183,12 @@ async def test_an_unreached_server_is_noted_as_unreachable() -> None:
 
 
 async def test_a_write_answered_with_a_page_is_a_bad_answer_and_may_be_sent_again() -> None:
-    from anyrtd.client import Dataset, Write
+    from anyrtd.client import Dataset, Upsert
 
     fake = FakeTransport(answer(200, b'{"records": [{"id": "a"}]}'))
     async with client(fake) as c:
         with pytest.raises(BadAnswer):
-            await c.upsert(Dataset("bao", "obj", "agent_triggers"), [Write("a", {"x": 1})])
+            await c.upsert(Dataset("bao", "obj", "agent_triggers"), [Upsert("a", {"x": 1})])
     method, url, body, _ = fake.asked[0]
     assert (method, url) == ("POST", f"{URL}/v1/spaces/bao/upsert") and body is not None
 

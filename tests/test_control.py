@@ -19,7 +19,7 @@ from aiohttp.test_utils import TestClient
 from support import SEED_KEYS, async_wait_until
 
 from anyrtd import daemon as daemon_module
-from anyrtd.client import ServerClient, Write
+from anyrtd.client import ServerClient, Upsert
 from anyrtd.clock import FakeClock
 from anyrtd.config import CommandProgram, Config
 from anyrtd.control.api import make_app
@@ -46,7 +46,7 @@ class Stack:
 
     async def put(self, rid: str, **fields: Any) -> None:
         assert self.daemon.places is not None
-        await self.user.upsert(self.daemon.places.triggers, [Write(rid, fields)])
+        await self.user.upsert(self.daemon.places.triggers, [Upsert(rid, fields)])
 
     async def record(self, rid: str) -> dict[str, Any]:
         assert self.daemon.places is not None
@@ -678,7 +678,7 @@ async def test_enable_lands_after_a_trip_still_queued_in_the_outbox(
             "owner": daemon.peer_id,
             "maxConsecutiveFailures": 1,
         }
-        await user.upsert(daemon.places.triggers, [Write("trip", fields)])
+        await user.upsert(daemon.places.triggers, [Upsert("trip", fields)])
 
         async def adopted() -> bool:
             await step()

@@ -17,7 +17,7 @@ from conftest import DevserverProcess
 from control_support import ServeProcess
 from support import World, wait_until
 
-from anyrtd.client import Write
+from anyrtd.client import Upsert
 
 PY = sys.executable
 ECHO = ('[programs."test:echo@v1"]', f'argv = ["{PY}", "-c", "print(1)"]')
@@ -79,7 +79,7 @@ def test_an_every_second_trigger_fires_every_occurrence_under_a_request_flood(
 
     async def seed(client: Any, places: Any) -> None:
         heavy = [
-            Write(
+            Upsert(
                 f"daily-{i:04d}",
                 {
                     "kind": "cron",

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support import wait_until
 
-from anyrtd.client import ServerClient, Write
+from anyrtd.client import ServerClient, Upsert
 from anyrtd.places import resolve_places
 
 IDS = ["fz-cron", "fz-once", "fz-event", "fz-far", "fz-broken"]
@@ -59,9 +59,9 @@ async def _seed(url: str) -> None:
         await client.upsert(
             places.triggers,
             [
-                Write("fz-cron", {**remind, "kind": "cron", "spec": {"cron": "0 0 1 1 *"}}),
-                Write("fz-once", {**remind, "kind": "once", "spec": {"at": 4_000_000_000}}),
-                Write(
+                Upsert("fz-cron", {**remind, "kind": "cron", "spec": {"cron": "0 0 1 1 *"}}),
+                Upsert("fz-once", {**remind, "kind": "once", "spec": {"at": 4_000_000_000}}),
+                Upsert(
                     "fz-event",
                     {
                         **remind,
@@ -69,11 +69,11 @@ async def _seed(url: str) -> None:
                         "spec": {"dataset": "chat_messages", "objectId": "x"},
                     },
                 ),
-                Write(
+                Upsert(
                     "fz-far",
                     {**remind, "kind": "cron", "spec": {"every_s": 60}, "owner": "12D3KooWfar"},
                 ),
-                Write("fz-broken", {"kind": 7, "program": "agent:remind@v1"}),
+                Upsert("fz-broken", {"kind": 7, "program": "agent:remind@v1"}),
             ],
         )
 

@@ -12,7 +12,7 @@ import pytest
 from fleet import Fleet, Node
 from support import async_wait_until, daemon_with
 
-from anyrtd.client import Change, Dataset, ServerClient, Write
+from anyrtd.client import Change, Dataset, ServerClient, Upsert
 from anyrtd.config import Config
 from anyrtd.daemon import Daemon
 from anyrtd.events import LiveGate, fires, is_own, new_message
@@ -146,8 +146,8 @@ async def test_edits_reactions_and_the_agents_own_messages_never_fire(fleet: Fle
     _, _, chat = await fleet.places()
     mid = await fleet.say("first")
     await fleet.step(1)
-    await fleet.user.upsert(chat, [Write(mid, {"text": "first, edited", "editedAt": 1.0})])
-    await fleet.user.upsert(chat, [Write(mid, {"reactions": {"+1": ["ana"]}})])
+    await fleet.user.upsert(chat, [Upsert(mid, {"text": "first, edited", "editedAt": 1.0})])
+    await fleet.user.upsert(chat, [Upsert(mid, {"reactions": {"+1": ["ana"]}})])
     await fleet.say("my own words", agent="bao")
     await fleet.say("a nameless agent", agent="")
     await fleet.step(1)
@@ -228,7 +228,7 @@ async def test_a_message_reaches_its_program_within_a_second(
             "program": "test:mark@v1",
             "owner": daemon.peer_id,
         }
-        await user.upsert(places.triggers, [Write("mark", fields)])
+        await user.upsert(places.triggers, [Upsert("mark", fields)])
         await async_wait_until(
             lambda: asyncio.sleep(0, "mark" in daemon.registry and daemon.role.live.heads),
             what="the trigger to be adopted and the feed followed",
@@ -236,7 +236,7 @@ async def test_a_message_reaches_its_program_within_a_second(
         sent = time.time()
         await user.upsert(
             Dataset("bao", chat, "chat_messages"),
-            [Write("m-live", {"text": "now", "author": "ana", "createdAt": sent})],
+            [Upsert("m-live", {"text": "now", "author": "ana", "createdAt": sent})],
         )
         async with asyncio.timeout(5):
             await seen.wait()
@@ -273,7 +273,7 @@ async def test_a_trigger_on_another_spaces_chat_follows_that_spaces_feed(
             "program": "test:mark@v1",
             "owner": daemon.peer_id,
         }
-        await user.upsert(places.triggers, [Write("team-chat", fields)])
+        await user.upsert(places.triggers, [Upsert("team-chat", fields)])
         await async_wait_until(
             lambda: asyncio.sleep(0, "team" in daemon.role.live.heads),
             timeout=30,
@@ -284,11 +284,11 @@ async def test_a_trigger_on_another_spaces_chat_follows_that_spaces_feed(
         # A message in the agent space's chat does not fire it.
         await user.upsert(
             Dataset("bao", home, "chat_messages"),
-            [Write("m-home", {"text": "at home", "author": "ana", "createdAt": time.time()})],
+            [Upsert("m-home", {"text": "at home", "author": "ana", "createdAt": time.time()})],
         )
         await user.upsert(
             Dataset("team", elsewhere, "chat_messages"),
-            [Write("m-team", {"text": "over here", "author": "ana", "createdAt": time.time()})],
+            [Upsert("m-team", {"text": "over here", "author": "ana", "createdAt": time.time()})],
         )
         await async_wait_until(
             lambda: asyncio.sleep(0, seen), timeout=30, what="the trigger to fire"
@@ -297,7 +297,7 @@ async def test_a_trigger_on_another_spaces_chat_follows_that_spaces_feed(
             {"space": "team", "objectId": elsewhere, "messageId": "m-team", "text": "over here"}
         ]
         # Disabled, the trigger's space is no longer followed.
-        await user.upsert(places.triggers, [Write("team-chat", {"enabled": False})])
+        await user.upsert(places.triggers, [Upsert("team-chat", {"enabled": False})])
         await async_wait_until(
             lambda: asyncio.sleep(0, "team" not in daemon.role.cursors),
             timeout=30,
@@ -326,7 +326,7 @@ async def test_a_space_that_cannot_be_followed_is_named_in_the_log_and_health(
             "program": "agent:remind@v1",
             "owner": daemon.peer_id,
         }
-        await user.upsert(places.triggers, [Write("lost", fields)])
+        await user.upsert(places.triggers, [Upsert("lost", fields)])
         await async_wait_until(
             lambda: asyncio.sleep(0, "cannot follow space nowhere" in caplog.text),
             timeout=30,

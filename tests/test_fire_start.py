@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from support import async_wait_until, daemon_with
 
-from anyrtd.client import ServerClient, Write
+from anyrtd.client import ServerClient, Upsert
 from anyrtd.clock import SystemClock
 from anyrtd.config import CommandProgram, Config
 from anyrtd.daemon import Daemon
@@ -66,7 +66,7 @@ async def test_a_run_record_says_when_its_program_really_started(
         await user.upsert(
             places.triggers,
             [
-                Write(
+                Upsert(
                     rid,
                     {
                         "kind": "once",
@@ -140,7 +140,7 @@ async def test_a_due_batch_starts_every_program_before_any_runs_other_work(
         fields = {"kind": "once", "spec": {"at": at}, "program": "test:note@v1"}
         await user.upsert(
             places.triggers,
-            [Write(f"n{i:02d}", {**fields, "owner": daemon.peer_id}) for i in range(BURST)],
+            [Upsert(f"n{i:02d}", {**fields, "owner": daemon.peer_id}) for i in range(BURST)],
         )
         async with asyncio.timeout(30):
             await done.wait()

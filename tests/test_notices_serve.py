@@ -23,7 +23,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from support import wait_until
 from test_status_page import browser, open_page, row, wait_for  # noqa: F401 (a fixture)
 
-from anyrtd.client import Dataset, ServerClient, Write
+from anyrtd.client import Dataset, ServerClient, Upsert
 from anyrtd.places import resolve_places
 from anyrtd.programs.chat import AGENT_BUNDLE, GENERAL_CHAT_SEED
 from anyrtd.vocab import MissCause, NoticeKind
@@ -64,7 +64,7 @@ def run(coro_fn: Callable[[ServerClient], Any], url: str) -> Any:
 def put(url: str, rid: str, **fields: Any) -> None:
     async def write(client: ServerClient) -> None:
         places = await resolve_places(client, "bao")
-        await client.upsert(places.triggers, [Write(rid, fields)])
+        await client.upsert(places.triggers, [Upsert(rid, fields)])
 
     run(write, url)
 

@@ -27,7 +27,7 @@ from fleet import T0, Node
 from support import wait_until
 
 from anyrtd.apply import Apply
-from anyrtd.client import Write
+from anyrtd.client import Upsert
 from anyrtd.metrics import Stats
 from anyrtd.model import TriggerDef, parse_record
 from anyrtd.reconcile import Adopt, Context, EntryView, Refresh, reconcile
@@ -48,7 +48,7 @@ class World(support.World):
 
     def unset(self, rid: str, fields: dict[str, Any], unset: list[str]) -> None:
         """A field-level write that also removes fields (`$unset`)."""
-        self.call(lambda c, p: c.upsert(p.triggers, [Write(rid, fields, unset)]))
+        self.call(lambda c, p: c.upsert(p.triggers, [Upsert(rid, fields, unset)]))
 
     def replace(self, rid: str, record: dict[str, Any]) -> None:
         """Write the whole record (a `$set` of the root), as a user rewriting it would."""

@@ -22,7 +22,7 @@ from anyrtd.client import (
     ServerClient,
     ServerError,
     ServerUnavailable,
-    Write,
+    Upsert,
     encode,
 )
 from anyrtd.devserver import DevServer
@@ -51,17 +51,17 @@ class FakeClient:
         self.away = False
         self.taken: list[str] = []
 
-    async def upsert(self, where: Dataset, writes: Iterable[Write]) -> dict[str, int]:
+    async def upsert(self, where: Dataset, writes: Iterable[Upsert]) -> dict[str, int]:
         writes = list(writes)
         if self.away:
             raise ServerUnavailable("connection refused")
-        ids = {w.record_id for w in writes}
+        ids = {w.id for w in writes}
         if ids & self.refuse:
             raise ServerError(409, "tombstoned", "the record was deleted")
         if ids & self.odd:
             raise RecursionError("maximum recursion depth exceeded while encoding a JSON object")
-        self.taken += [w.record_id for w in writes]
-        return {w.record_id: 1 for w in writes}
+        self.taken += [w.id for w in writes]
+        return {w.id: 1 for w in writes}
 
 
 def locate(dataset: str) -> Dataset:
@@ -288,7 +288,7 @@ async def test_an_idle_daemon_leaves_its_outbox_alone_and_a_fire_still_reaches_t
         await user.upsert(
             daemon.places.triggers,
             [
-                Write(
+                Upsert(
                     "soon",
                     {
                         "kind": "once",

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from anyrtd.client import Dataset, ServerClient, Write
+from anyrtd.client import Dataset, ServerClient, Upsert
 from anyrtd.clock import SystemClock
 from anyrtd.config import CommandProgram
 from anyrtd.devserver import DevServer
@@ -91,12 +91,12 @@ async def test_rollup_posts_a_digest_of_the_last_day_skipping_its_own(
     await client.upsert(
         chat,
         [
-            Write(
+            Upsert(
                 "old", {"text": "from last week", "author": "alice", "createdAt": now - 7 * 86400}
             ),
-            Write("m1", {"text": "Good morning\nall", "author": "alice", "createdAt": now - 7200}),
-            Write("m2", {"text": "release is out", "author": "bob", "createdAt": now - 3600}),
-            Write("m3", {"text": "nice", "author": "alice", "createdAt": now - 60}),
+            Upsert("m1", {"text": "Good morning\nall", "author": "alice", "createdAt": now - 7200}),
+            Upsert("m2", {"text": "release is out", "author": "bob", "createdAt": now - 3600}),
+            Upsert("m3", {"text": "nice", "author": "alice", "createdAt": now - 60}),
         ],
     )
 

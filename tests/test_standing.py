@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from fleet import Fleet
 
-from anyrtd.client import Write
+from anyrtd.client import Upsert
 from anyrtd.mirror import Mirror
 from anyrtd.standing import STANDING, definition
 from anyrtd.vocab import Marker
@@ -51,7 +51,7 @@ async def test_decay_prunes_old_run_records_and_mirror_rows(fleet: Fleet) -> Non
     _, runs, _ = await fleet.places()
     now = fleet.clock.now()
     old = [
-        Write(f"old-{i}", {"runId": f"old-{i}", "startedAt": now - 40 * 86400}) for i in range(3)
+        Upsert(f"old-{i}", {"runId": f"old-{i}", "startedAt": now - 40 * 86400}) for i in range(3)
     ]
     await fleet.user.upsert(runs, old)
     await fleet.put("tick", owner=node.me, kind="cron", spec={"every_s": 60}, program="test:ok@v1")
@@ -59,7 +59,7 @@ async def test_decay_prunes_old_run_records_and_mirror_rows(fleet: Fleet) -> Non
     await fleet.step(60)  # one run of "tick", in the mirror and on the server
     assert len(await node.daemon.db_call(lambda m: m.runs(trigger_id="tick"))) == 1
     fleet.clock.advance(31 * 86400)  # that run is now past the 30 days kept
-    recent = Write("recent", {"runId": "recent", "startedAt": fleet.clock.now() - 86400})
+    recent = Upsert("recent", {"runId": "recent", "startedAt": fleet.clock.now() - 86400})
     await fleet.user.upsert(runs, [recent])
     run_id = await node.daemon.port.run_now("decay")
     assert run_id is not None

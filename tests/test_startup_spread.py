@@ -288,9 +288,9 @@ async def test_a_restart_from_a_mirror_of_many_triggers_fires_each_on_time(
 ) -> None:
     periods = {f"t{i:03d}": 10.0 * (1 + i % 6) for i in range(240)}
     triggers = h.triggers
-    from anyrtd.client import Write
+    from anyrtd.client import Upsert
 
-    await h.user.upsert(triggers, [Write(rid, every(p, owner=h.me)) for rid, p in periods.items()])
+    await h.user.upsert(triggers, [Upsert(rid, every(p, owner=h.me)) for rid, p in periods.items()])
     await h.step(0)
     assert set(periods) <= set(h.daemon.registry.entries)
     await h.stop()

@@ -33,7 +33,7 @@ from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import WebDriverWait
 from support import wait_until
 
-from anyrtd.client import ServerClient, Write
+from anyrtd.client import ServerClient, Upsert
 from anyrtd.control.guard import GUARD, Guard, errors_middleware, guard_middleware
 from anyrtd.control.page import STATIC, add_routes
 from anyrtd.places import resolve_places
@@ -95,7 +95,7 @@ def put(server_url: str, rid: str, **fields: Any) -> None:
     async def main() -> None:
         async with ServerClient(server_url) as client:
             places = await resolve_places(client, "bao")
-            await client.upsert(places.triggers, [Write(rid, fields)])
+            await client.upsert(places.triggers, [Upsert(rid, fields)])
 
     asyncio.run(main())
 

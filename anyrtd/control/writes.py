@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from anyrtd.client import DevicesView, ServerClient, Write
+from anyrtd.client import DevicesView, ServerClient, Upsert
 from anyrtd.model import (
     MAX_ID_LENGTH,
     STANDING_BUILTINS,
@@ -172,7 +172,7 @@ class Records:
         if dry_run:
             return defn
         places = await self.places()
-        await self.client.upsert(places.triggers, [Write(trigger_id, dict(fields), unset)])
+        await self.client.upsert(places.triggers, [Upsert(trigger_id, dict(fields), unset)])
         return defn
 
     async def delete(self, trigger_id: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from anyrtd.client import Dataset, Write
+from anyrtd.client import Dataset, Upsert
 
 if TYPE_CHECKING:
     from anyrtd.program import ProgramContext
@@ -48,7 +48,7 @@ async def post_message(ctx: ProgramContext, where: Dataset, message_id: str, tex
     await ctx.client.upsert(
         where,
         [
-            Write(
+            Upsert(
                 message_id,
                 {"text": text, "agent": ctx.agent_name, "createdAt": round(ctx.clock.now(), 3)},
             )

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from anyrtd.client import Dataset, ServerClient, Write
+from anyrtd.client import Dataset, ServerClient, Upsert
 from anyrtd.places import Places, resolve_places
 
 T = TypeVar("T")
@@ -385,7 +385,7 @@ class Space:
 
     def put(self, records: Mapping[str, Mapping[str, Any]], batch: int = 500) -> None:
         """Write trigger records (field-level), `batch` to a request."""
-        items = [Write(rid, dict(fields)) for rid, fields in records.items()]
+        items = [Upsert(rid, dict(fields)) for rid, fields in records.items()]
 
         async def go(client: ServerClient, places: Places) -> None:
             for start in range(0, len(items), batch):
