@@ -24,7 +24,7 @@ from collections.abc import (
 )
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from urllib.parse import quote, urlsplit
 
 if TYPE_CHECKING:  # a local CLI command imports this module's types, not aiohttp
@@ -199,14 +199,26 @@ class DevicesView:
         return next((d for d in self.devices if d.peer_id == peer_id), None)
 
 
-@dataclass(frozen=True)
-class Upsert:
-    """A field-level write of one record: only `fields` change; `unset` paths are removed."""
+class Upsert(NamedTuple):
+    """A field-level write of one record: only `fields` change; `unset` paths are removed.
+
+    Sent at once, its place is named in `ServerClient.upsert(where, ...)`; queued in the
+    outbox (`anyrtd.rows.Batch.write`), it names the place by `dataset`, and read back from
+    there it carries its `seq` and `attempts` too. A tuple: a burst makes thousands."""
 
     id: str
     fields: Mapping[str, Any]
     unset: Sequence[str] = ()
     if_version: int | None = None
+    """Write only if the server's record is still at this version (a claim: see `apply`);
+    None writes whatever the record is at."""
+    dataset: str = ""
+    """The name the outbox resolves to a place (`anyrtd.outbox.RUNS`, `TRIGGERS`); empty for
+    a write sent at once."""
+    seq: int = 0
+    """Its place in the outbox, once read back from there (0 before)."""
+    attempts: int = 0
+    """How often the outbox tried to send it, once read back from there (0 before)."""
 
 
 def encode(body: Any) -> bytes:

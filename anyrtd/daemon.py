@@ -477,7 +477,7 @@ class Daemon:
             if pending is not None and pending.error is not None:
                 raise ServerUnavailable(pending.error)
             await self.client.upsert(
-                self.places.triggers, [Upsert(id=trigger_id, fields=fields, unset=list(unset))]
+                self.places.triggers, [Upsert(trigger_id, fields, unset=list(unset))]
             )
         records, _ = await self.client.query(self.places.triggers, filter={"id": trigger_id})
         for record in records:

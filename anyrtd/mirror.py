@@ -48,6 +48,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.pool import ConnectionPoolEntry
 
+from anyrtd.client import Upsert
 from anyrtd.heap import gc_paused
 from anyrtd.mirror_guard import (
     AT_RISK,
@@ -64,7 +65,7 @@ from anyrtd.mirror_guard import (
     rebuild,
     write_marker,
 )
-from anyrtd.rows import Batch, EntryRow, NoticeRow, OutboxItem, RunRow, SetAside
+from anyrtd.rows import Batch, EntryRow, NoticeRow, RunRow, SetAside
 from anyrtd.vocab import OPEN_STATES, RunState
 
 if TYPE_CHECKING:
@@ -512,13 +513,13 @@ class Mirror:
         with self.engine.connect() as conn:
             return {str(s): int(n) for s, n in conn.execute(q)}
 
-    def outbox_pending(self, limit: int = 500) -> list[OutboxItem]:
+    def outbox_pending(self, limit: int = 500) -> list[Upsert]:
         """Return the oldest writes still to send, in order; set-aside ones are not sent.
 
         A row whose stored text no longer decodes (a damaged mirror) is set aside here, so
         that it cannot stop the writes behind it.
         """
-        items: list[OutboxItem] = []
+        items: list[Upsert] = []
         undecodable: list[int] = []
         with self.engine.connect() as conn:
             rows = conn.exec_driver_sql(_PENDING_OUTBOX, (limit,))
@@ -529,7 +530,9 @@ class Mirror:
                     undecodable.append(seq)
                     continue
                 items.append(
-                    OutboxItem(seq, dataset, record_id, fields_, unset, attempts, if_version)
+                    Upsert(
+                        record_id, fields_, unset, if_version, dataset, seq=seq, attempts=attempts
+                    )
                 )
         if undecodable:
             reason = "its text in the mirror is not valid JSON"
@@ -752,7 +755,7 @@ def _write_batch(conn: Connection, batch: Batch, now: float) -> None:
     if batch.outbox:
         conn.exec_driver_sql(
             _INSERT_OUTBOX,
-            [(d, i, _dumps(f), _dumps(list(u)), now, v) for d, i, f, u, v in batch.outbox],
+            [(d, i, _dumps(f), _dumps(list(u)), now, v) for i, f, u, v, d, _, _ in batch.outbox],
         )
     if batch.meta:
         conn.exec_driver_sql(_UPSERT_META, list(batch.meta.items()))

@@ -21,7 +21,6 @@ from anyrtd.client import (
     Upsert,
 )
 from anyrtd.mirror import AsyncMirror, Mirror
-from anyrtd.rows import OutboxItem
 
 log = logging.getLogger("anyrtd.outbox")
 
@@ -104,31 +103,31 @@ class DrainWake:
         self._settled = result is not None and result.error is None and not result.more
 
 
-def coalesce(items: list[OutboxItem]) -> list[tuple[str, list[OutboxItem]]]:
-    """Group a window of queued items by dataset, keeping each record's writes in order.
+def coalesce(items: list[Upsert]) -> list[tuple[str, list[Upsert]]]:
+    """Group a window of queued writes by dataset, keeping each record's writes in order.
 
     Writes to different records are independent, so one request per dataset carries the
     whole window; the order that matters, that of the writes to one record, is kept.
     """
-    groups: dict[str, list[OutboxItem]] = {}
+    groups: dict[str, list[Upsert]] = {}
     for item in items:
         groups.setdefault(item.dataset, []).append(item)
     return list(groups.items())
 
 
-def merge(items: list[OutboxItem]) -> list[Upsert]:
+def merge(items: list[Upsert]) -> list[Upsert]:
     """Fold several field writes of one record into one write (later fields win).
 
-    A record's folded write is conditional on the version of its first conditional item:
-    the items before that one were made against the same version, as nothing of them has
+    A record's folded write is conditional on the version of its first conditional write:
+    the writes before that one were made against the same version, as nothing of them has
     reached the server yet.
     """
     merged: dict[str, tuple[dict[str, Any], list[str]]] = {}
     versions: dict[str, int] = {}
     for item in items:
         if item.if_version is not None:
-            versions.setdefault(item.record_id, item.if_version)
-        fields, unset = merged.setdefault(item.record_id, ({}, []))
+            versions.setdefault(item.id, item.if_version)
+        fields, unset = merged.setdefault(item.id, ({}, []))
         for key in item.unset:
             fields.pop(key, None)
             if key not in unset:
@@ -137,10 +136,7 @@ def merge(items: list[OutboxItem]) -> list[Upsert]:
             fields[key] = value
             if key in unset:
                 unset.remove(key)
-    return [
-        Upsert(id=rid, fields=f, unset=u, if_version=versions.get(rid))
-        for rid, (f, u) in merged.items()
-    ]
+    return [Upsert(rid, f, unset=u, if_version=versions.get(rid)) for rid, (f, u) in merged.items()]
 
 
 async def drain(
@@ -178,7 +174,7 @@ async def drain(
             *(client.upsert(where, merge(group)) for where, group in groups),
             return_exceptions=True,
         )
-        taken: list[OutboxItem] = []
+        taken: list[Upsert] = []
         try:
             for (where, group), answer in zip(groups, answers, strict=True):
                 if isinstance(answer, Exception) and not refused(answer):
@@ -187,20 +183,18 @@ async def drain(
                     await db.call(functools.partial(_fail, seqs=seqs, error=str(answer)))
                     continue
                 if isinstance(answer, Exception):
-                    # A refused (atomic) batch, or one the client could not send: one item is
+                    # A refused (atomic) batch, or one the client could not send: one write is
                     # enough for that, so send one by one to find it.
                     versions, sent, lost = await _one_by_one(db, client, where, group, result, now)
                     taken += lost
-                    result.lost.extend((i.dataset, i.record_id) for i in lost)
+                    result.lost.extend((i.dataset, i.id) for i in lost)
                 elif isinstance(answer, BaseException):
                     raise answer
                 else:
                     versions, sent = answer, group
                 taken += sent
                 result.sent += len(sent)
-                result.acked.extend(
-                    (i.dataset, i.record_id, versions.get(i.record_id)) for i in sent
-                )
+                result.acked.extend((i.dataset, i.id, versions.get(i.id)) for i in sent)
         finally:
             # What the server took is acknowledged in one transaction per round, whatever
             # stopped the round.
@@ -218,19 +212,19 @@ async def _one_by_one(
     db: AsyncMirror,
     client: ServerClient,
     where: Dataset,
-    group: list[OutboxItem],
+    group: list[Upsert],
     result: DrainResult,
     now: Callable[[], float],
-) -> tuple[dict[str, int], list[OutboxItem], list[OutboxItem]]:
+) -> tuple[dict[str, int], list[Upsert], list[Upsert]]:
     """Send `group` a write at a time; set aside each one that can never go.
 
-    Return the versions, the items the server took, and the conditional items it refused
+    Return the versions, the writes the server took, and the conditional writes it refused
     because their record changed (`DrainResult.lost`); stop at a server that is away or
     says "not now" (`result.error`).
     """
     versions: dict[str, int] = {}
-    sent: list[OutboxItem] = []
-    lost: list[OutboxItem] = []
+    sent: list[Upsert] = []
+    lost: list[Upsert] = []
     for item in group:
         try:
             versions.update(await client.upsert(where, merge([item])))
@@ -243,9 +237,9 @@ async def _one_by_one(
                     "dropped a write to %s %s made against version %s: the record changed "
                     "on the server since, and that change stands",
                     item.dataset,
-                    item.record_id,
+                    item.id,
                     item.if_version,
-                    extra={"trigger": item.record_id if item.dataset == TRIGGERS else None},
+                    extra={"trigger": item.id if item.dataset == TRIGGERS else None},
                 )
                 lost.append(item)
                 continue
@@ -255,9 +249,9 @@ async def _one_by_one(
                 "set aside a write the server cannot take (kept in the mirror, not sent "
                 "again; `anyrtd doctor` lists it): %s %s: %s",
                 item.dataset,
-                item.record_id,
+                item.id,
                 reason,
-                extra={"trigger": item.record_id if item.dataset == TRIGGERS else None},
+                extra={"trigger": item.id if item.dataset == TRIGGERS else None},
             )
             await db.call(functools.partial(_set_aside, seq=item.seq, error=reason, now=now()))
             continue
@@ -281,7 +275,7 @@ def _not_now(result: DrainResult, exc: Exception) -> None:
         result.retry_after = max(exc.retry_after, result.retry_after or 0.0)
 
 
-def superseded(item: OutboxItem, exc: Exception) -> bool:
+def superseded(item: Upsert, exc: Exception) -> bool:
     """Tell whether the server refused a conditional write because its record changed."""
     return (
         item.if_version is not None

@@ -1,25 +1,14 @@
-"""The rows the daemon keeps in its mirror: a registry entry's state, a run summary, an outbox
-item, and the batch of them that one step commits (plain data, no SQL)."""
+"""The rows the daemon keeps in its mirror: a registry entry's state, a run summary, a write
+set aside, a notice, and the batch of them that one step commits (plain data, no SQL)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
+from anyrtd.client import Upsert
 from anyrtd.vocab import RunState, RunStatus
-
-
-class Write(NamedTuple):
-    """A field-level write of one server record, queued for the outbox."""
-
-    dataset: str
-    record_id: str
-    fields: Mapping[str, Any]
-    unset: Sequence[str] = ()
-    if_version: int | None = None
-    """Write only if the server's record is still at this version (a claim: see `apply`);
-    None writes whatever the record is at."""
 
 
 @dataclass(slots=True)
@@ -74,20 +63,6 @@ class RunRow:
 
 
 @dataclass(frozen=True, slots=True)
-class OutboxItem:
-    """One field-level write owed to the server."""
-
-    seq: int
-    dataset: str
-    record_id: str
-    fields: Mapping[str, Any]
-    unset: Sequence[str]
-    attempts: int
-    if_version: int | None = None
-    """Send only if the server's record is still at this version (`Write.if_version`)."""
-
-
-@dataclass(frozen=True, slots=True)
 class SetAside:
     """A write the server can never take: kept in the outbox, no longer sent."""
 
@@ -125,7 +100,7 @@ class Batch:
     evict: list[str] = field(default_factory=list)
     tombstones: list[str] = field(default_factory=list)
     runs: list[RunRow] = field(default_factory=list)
-    outbox: list[Write] = field(default_factory=list)
+    outbox: list[Upsert] = field(default_factory=list)
     drop_runs: list[str] = field(default_factory=list)
     """Runs cancelled before their start, or found never started at a restart: their rows go."""
     meta: dict[str, str] = field(default_factory=dict)
@@ -154,4 +129,4 @@ class Batch:
         if_version: int | None = None,
     ) -> None:
         """Queue a field-level write of a server record in the outbox."""
-        self.outbox.append(Write(dataset, record_id, dict(fields), list(unset), if_version))
+        self.outbox.append(Upsert(record_id, dict(fields), list(unset), if_version, dataset))

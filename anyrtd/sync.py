@@ -146,7 +146,7 @@ class Sync:
             ahead.cancel()  # done unless the parse failed
         for item in await db.call(lambda m: m.outbox_pending(1_000_000)):
             if item.dataset == TRIGGERS:
-                self.records.write(item.record_id, item.fields, item.unset)
+                self.records.write(item.id, item.fields, item.unset)
 
     # reading
 

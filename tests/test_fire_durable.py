@@ -187,7 +187,7 @@ async def test_a_fire_that_cannot_be_committed_leaves_no_trace_and_fires_late_on
         w.fields
         for b in stage.mirror.batches[1:]
         for w in b.outbox
-        if w.record_id == "shot" and "enabled" in w.fields
+        if w.id == "shot" and "enabled" in w.fields
     ]
     # At the time it was to start: fired late, when it was prepared.
     assert consumed == [{"enabled": False, RollupField.LAST_RUN_AT: T0 + 3.0}]

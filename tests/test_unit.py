@@ -72,7 +72,7 @@ async def test_a_trigger_write_is_laid_over_the_cache_at_once_and_queued_for_the
     assert kicks == []
     await unit.commit(NOW)
     pending = await mirror.call(lambda m: m.outbox_pending())
-    assert [(i.dataset, i.record_id, dict(i.fields)) for i in pending] == [
+    assert [(i.dataset, i.id, dict(i.fields)) for i in pending] == [
         ("triggers", "t", {"owner": "peer-a"})
     ]
     assert kicks == ["kick"]
@@ -88,7 +88,7 @@ async def test_a_run_is_kept_in_the_mirror_and_its_record_queued(mirror: AsyncMi
     kept = await mirror.call(lambda m: m.run("r1"))
     assert kept is not None and kept.status == RunStatus.OK
     pending = await mirror.call(lambda m: m.outbox_pending())
-    assert [(i.dataset, i.record_id) for i in pending] == [("runs", "r1")]
+    assert [(i.dataset, i.id) for i in pending] == [("runs", "r1")]
 
 
 async def test_a_run_saved_twice_in_one_commit_is_written_once_as_last_saved(
