@@ -159,7 +159,7 @@ class Stage:
 
     async def sendable(self) -> list[tuple[str, dict[str, Any]]]:
         items = await self.db.call(lambda m: m.outbox_pending(500))
-        return [(i.record_id, dict(i.fields)) for i in items]
+        return [(i.id, dict(i.fields)) for i in items]
 
 
 @pytest.fixture

@@ -237,7 +237,7 @@ def test_end_writes_the_row_the_record_and_the_rollup(
     assert write is not None and write.failures == failures
     assert (row.state, row.status) == (RunState.ENDED, status)
     assert saved_states(w) == [RunState.ENDED]
-    assert [(wr.dataset, wr.record_id) for wr in w.batch.outbox] == [
+    assert [(wr.dataset, wr.id) for wr in w.batch.outbox] == [
         ("runs", row.run_id),
         ("triggers", Kind.CRON),
     ]

@@ -106,5 +106,5 @@ async def test_a_429_while_the_drain_sends_one_by_one_keeps_the_writes_queued(
         result = await drain(mirror, client, locate, now=lambda: NOW + 5)
     assert result.error is not None and result.retry_after == 3.0 and result.set_aside == 0
     pending = await mirror.call(lambda m: m.outbox_pending())
-    assert {i.record_id for i in pending} >= {"bad"}
+    assert {i.id for i in pending} >= {"bad"}
     assert await mirror.call(Mirror.outbox_counts) == (len(pending), 0)
