@@ -131,6 +131,7 @@ def test_create_and_edit_refuse_bad_numbers_and_write_nothing(
         (("triggers", "list", "--watch", "--interval", "inf"), "inf is not in the range"),
         (("triggers", "run", "x", "--wait", "--timeout", "nan"), "'nan' is not a finite number"),
         (("triggers", "run", "x", "--wait", "--timeout", "inf"), "'inf' is not a finite number"),
+        (("devserver", "--port", "0", "--sync-delay", "nan"), "'nan' is not a finite number"),
     ],
 )
 def test_other_seconds_flags_refuse_nan_and_infinity(

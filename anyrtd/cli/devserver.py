@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from anyrtd.cli.shared import echo
+from anyrtd.cli.shared import Seconds, echo
 from anyrtd.config import default_state_dir
 
 LINE = "anyrtd devserver: device {index} {peer} {url}"
@@ -49,7 +49,7 @@ _SPACE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 )
 @click.option(
     "--sync-delay",
-    type=click.FloatRange(0, 3600),
+    type=Seconds(0, 3600),
     default=None,
     help="Seconds before a write reaches the other replicas (implies --replicated).",
 )

@@ -25,6 +25,7 @@ from anyrtd.cli import format as fmt
 from anyrtd.cli.caution import confirm
 from anyrtd.cli.runs import print_run, runs_table, source_note
 from anyrtd.cli.shared import (
+    Seconds,
     client_command,
     complete_trigger,
     control,
@@ -51,18 +52,6 @@ if TYPE_CHECKING:
     from anyrtd.control.writes import Records
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-class Seconds(click.FloatRange):
-    """A number of seconds from a flag that is not a spec field: finite, within the range."""
-
-    name = "seconds"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        number = super().convert(value, param, ctx)
-        if not math.isfinite(number):
-            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
-        return number
 
 
 def _trigger_id(ctx: click.Context, param: click.Parameter, value: str) -> str:
