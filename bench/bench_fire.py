@@ -3,6 +3,7 @@
 Run from the repository's root:
 
     python -m bench.bench_fire [--quick] [--scenario NAME ...] [--json FILE] [--py-spy DIR]
+        [--anyrtd TREE]
 
 Each scheduler under test runs alone in a child process (`bench/fire_child.py`): anyrtd as
 `anyrtd serve` builds it (election gate, default tick and poll, a real mirror) against a
@@ -93,6 +94,16 @@ def scenarios(quick: bool) -> dict[str, Scenario]:
 # --------------------------------------------------------------------------- the child
 
 
+def package_only(tree: Path, where: Path) -> Path:
+    """Return a folder whose only package is `tree`'s `anyrtd` (a link), made in `where`: put
+    before this tree on a child's path, it runs that anyrtd with this bench's `fire_child`."""
+    where.mkdir(exist_ok=True)
+    link = where / "anyrtd"
+    if not link.exists():
+        link.symlink_to((tree / "anyrtd").resolve(), target_is_directory=True)
+    return where
+
+
 class Child:
     """One scheduler under test in a process of its own, driven one command at a time."""
 
@@ -104,7 +115,8 @@ class Child:
         self.ready: dict[str, Any] = {}
         self._seq = 0
         self.code = REPO
-        """The tree whose `bench.fire_child` and `anyrtd` the child runs."""
+        """The tree whose `bench.fire_child` and `anyrtd` the child runs: the folder first on
+        its path (`package_only` makes one with another tree's `anyrtd` alone)."""
 
     async def start(self, limit_s: float = 600.0) -> dict[str, Any]:
         self.proc = await asyncio.create_subprocess_exec(
@@ -117,10 +129,16 @@ class Child:
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=self.log.open("ab"),
-            env={**os.environ, "PYTHONPATH": str(self.code)},
+            env={
+                **os.environ,
+                "PYTHONPATH": os.pathsep.join(dict.fromkeys((str(self.code), str(REPO)))),
+            },
             limit=2**28,  # the last answer carries every sample
         )
         self.ready = await self._read(limit_s)
+        ran, meant = self.ready.get("anyrtd"), str((self.code / "anyrtd").resolve())
+        if self.kind == "anyrtd" and ran != meant:
+            raise RuntimeError(f"the child ran the anyrtd in {ran}, not the one in {meant}")
         return self.ready
 
     @property
@@ -173,24 +191,27 @@ class Child:
 
 
 @dataclass(frozen=True)
-class Logs:
-    """How each scheduler under test logs: anyrtd at a level (INFO, as `anyrtd serve` does),
-    APScheduler with Python's logging unconfigured (nothing below WARNING, as its users run
-    it) unless `aps_info`."""
+class Under:
+    """How each scheduler under test runs: anyrtd's tree, and how each logs: anyrtd at a
+    level (INFO, as `anyrtd serve` does), APScheduler with Python's logging unconfigured
+    (nothing below WARNING, as its users run it) unless `aps_info`."""
 
     anyrtd: str = "INFO"
     aps_info: bool = False
     timer: bool = False
     """Also anyrtd's timer lines at DEBUG (`anyrtd.timer`): each batch's prepare and start."""
+    tree: Path | None = None
+    """The tree whose `anyrtd` package the anyrtd child runs (None: this one), with this
+    bench's `fire_child` and devserver: one bench measures two trees alike."""
 
 
 class Setup:
     """What one scheduler's measurement needs: a devserver (anyrtd only) and the child."""
 
-    def __init__(self, kind: str, tmp: Path, logs: Logs | None = None) -> None:
+    def __init__(self, kind: str, tmp: Path, under: Under | None = None) -> None:
         self.kind = kind
         self.tmp = tmp
-        self.logs = Logs() if logs is None else logs
+        self.under = Under() if under is None else under
         self.state = tmp / "state"
         self.state.mkdir(exist_ok=True)
         self.server: subprocess.Popen[str] | None = None
@@ -225,14 +246,16 @@ class Setup:
             params = {
                 "url": self.url,
                 "state": str(self.state),
-                "log_level": self.logs.anyrtd,
-                "timer_log": self.logs.timer,
+                "log_level": self.under.anyrtd,
+                "timer_log": self.under.timer,
             }
         elif self.kind == "aps-sqlite":
             params = {"sqlite": str(self.tmp / "jobs.sqlite3")}
         if self.kind != "anyrtd":
-            params["aps_log_info"] = self.logs.aps_info
+            params["aps_log_info"] = self.under.aps_info
         child = Child(self.kind, params, self.tmp / f"{self.kind}-{len(self.children)}.log")
+        if self.kind == "anyrtd" and self.under.tree is not None:
+            child.code = package_only(self.under.tree, self.tmp / "tree")
         self.children.append(child)
         return child
 
@@ -273,10 +296,10 @@ def lag_summary(lags: Sequence[float]) -> dict[str, Any]:
 
 
 async def run_spread(
-    sc: Scenario, kind: str, tmp: Path, py_spy: Path | None, logs: Logs
+    sc: Scenario, kind: str, tmp: Path, py_spy: Path | None, under: Under
 ) -> dict[str, Any]:
     """Add `n` interval triggers ten at a time across one period; measure a window after."""
-    async with Setup(kind, tmp, logs) as setup:
+    async with Setup(kind, tmp, under) as setup:
         child = setup.child()
         ready = await child.start()
         base = ready["size"]
@@ -359,10 +382,10 @@ CALIBRATION = 100
 
 
 async def run_burst(
-    sc: Scenario, kind: str, tmp: Path, py_spy: Path | None, logs: Logs
+    sc: Scenario, kind: str, tmp: Path, py_spy: Path | None, under: Under
 ) -> dict[str, Any]:
     """Write `n` once triggers due at the same instant; measure their starts and records."""
-    async with Setup(kind, tmp, logs) as setup:
+    async with Setup(kind, tmp, under) as setup:
         child = setup.child()
         ready = await child.start()
         follower: asyncio.Task[dict[str, Any]] | None = None
@@ -482,10 +505,10 @@ def stop_py_spy(spy: subprocess.Popen[bytes]) -> None:
 
 
 async def run_idle(
-    sc: Scenario, kind: str, tmp: Path, settle_s: float, logs: Logs
+    sc: Scenario, kind: str, tmp: Path, settle_s: float, under: Under
 ) -> dict[str, Any]:
     """Hold `n` triggers with nothing due: CPU per second, memory, and a restart (anyrtd)."""
-    async with Setup(kind, tmp, logs) as setup:
+    async with Setup(kind, tmp, under) as setup:
         out: dict[str, Any] = {"triggers": sc.n}
         if kind == "anyrtd":
             t0 = time.perf_counter()
@@ -673,8 +696,11 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "quick": args.quick,
     }
     settle_s = 2.0 if args.quick else 12.0
-    logs = Logs(anyrtd=args.anyrtd_log, aps_info=args.aps_log_info, timer=args.timer_log)
-    results["logs"] = {"anyrtd": logs.anyrtd, "aps": "INFO" if logs.aps_info else "unconfigured"}
+    under = Under(
+        anyrtd=args.anyrtd_log, aps_info=args.aps_log_info, timer=args.timer_log, tree=args.anyrtd
+    )
+    results["logs"] = {"anyrtd": under.anyrtd, "aps": "INFO" if under.aps_info else "unconfigured"}
+    results["anyrtd_tree"] = str(under.tree or REPO)
     keep = contextlib.nullcontext(str(args.work)) if args.work else None
     with keep or tempfile.TemporaryDirectory(prefix="bench-fire-") as tmp:
         for name in chosen:
@@ -689,11 +715,11 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 try:
                     async with asyncio.timeout(budget_s(sc)):
                         if sc.kind == "spread":
-                            res = await run_spread(sc, kind, where, args.py_spy, logs)
+                            res = await run_spread(sc, kind, where, args.py_spy, under)
                         elif sc.kind == "burst":
-                            res = await run_burst(sc, kind, where, args.py_spy, logs)
+                            res = await run_burst(sc, kind, where, args.py_spy, under)
                         else:
-                            res = await run_idle(sc, kind, where, settle_s, logs)
+                            res = await run_idle(sc, kind, where, settle_s, under)
                 except (TimeoutError, RuntimeError) as exc:
                     what = str(exc) or f"no result within {budget_s(sc):.0f} s"
                     res = {"error": f"{exc.__class__.__name__}: {what}"}
@@ -739,6 +765,13 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--work",
         type=Path,
         help="an empty folder for the children's state and logs, kept (default: a temporary one)",
+    )
+    parser.add_argument(
+        "--anyrtd",
+        type=Path,
+        metavar="TREE",
+        help="run the daemon of this anyrtd tree (a checkout) with this bench's child and "
+        "devserver, to measure two trees alike (default: this one)",
     )
     parser.add_argument("--json", type=Path, help="write the results to this file")
     parser.add_argument(

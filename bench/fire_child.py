@@ -101,6 +101,10 @@ class AnyrtdUnderTest:
             config, client=client, gate=Election(client, poll_s=config.election_poll_s)
         )
         self.daemon.runner.install(PROBE, anyrtd_probe)
+        import anyrtd
+
+        self.code = str(Path(anyrtd.__file__).resolve().parent)
+        """The anyrtd package this child runs (`bench_fire --anyrtd` checks it)."""
 
     async def start(self) -> dict[str, Any]:
         from anyrtd.serve import settle_heap
@@ -112,6 +116,7 @@ class AnyrtdUnderTest:
         started = time.perf_counter() - t0
         settle_heap()
         return {
+            "anyrtd": self.code,
             "open_s": round(opened, 3),
             "start_s": round(started, 3),
             "peer": self.daemon.peer_id,
