@@ -114,6 +114,8 @@ class RecordCache:
         the parsed definition it was before this device's first write (turned into a record
         only if it is needed again)."""
         self._overlay: dict[str, Overlay] = {}
+        self._changed: set[str] = set()
+        """The ids whose definition was stored, replaced or dropped since `take_changed`."""
 
     def __len__(self) -> int:
         return len(self._version)
@@ -128,6 +130,13 @@ class RecordCache:
         """Return the id of every record held by itself: the one string object the cache and
         its definition hold for that id, for others to share (100,000 copies weigh 6 MB)."""
         return {rid: rid for rid in self._version}
+
+    def take_changed(self) -> set[str]:
+        """Return the ids whose definition was stored, replaced or dropped since the last
+        call, and start again: what the one reader that follows the cache (the missed watch,
+        `anyrtd/watch.py`) looks at again, instead of every record each pass."""
+        changed, self._changed = self._changed, set()
+        return changed
 
     def unparsed(self) -> int:
         """Return how many records read back from the mirror have not been parsed yet."""
@@ -161,6 +170,7 @@ class RecordCache:
             del self._overlay[rid]
             self._base.pop(rid, None)
             self._parsed[rid] = with_version(parsed, v)
+            self._changed.add(rid)
             return rid
         self._version[rid] = v
         if overlay is not None and overlay.outstanding == 0 and v >= overlay.acked_version:
@@ -206,6 +216,7 @@ class RecordCache:
             self._version[rid] = version or 0
             self._parsed.pop(rid, None)
             self._loaded[rid] = text
+            self._changed.add(rid)
 
     def parse_many(self, rids: Iterable[str]) -> None:
         """Parse the records of `rids` read back from the mirror and not parsed yet, their
@@ -243,6 +254,7 @@ class RecordCache:
             why = "the mirror's copy of the record is not a JSON object; anyrtd db rebuild"
             bad = self._parsed[rid] = Malformed(rid, why, self._version.get(rid))
             self._base[rid] = _dumps({"id": rid})
+            self._changed.add(rid)
             return bad
         self._store(rid, _keyed(record, rid), text)
         return self._parsed[rid]
@@ -257,6 +269,7 @@ class RecordCache:
 
     def drop(self, rid: str) -> bool:
         """Forget a deleted record; return True if it was known."""
+        self._changed.add(rid)
         self._overlay.pop(rid, None)
         self._parsed.pop(rid, None)
         self._loaded.pop(rid, None)
@@ -287,6 +300,7 @@ class RecordCache:
             quick = with_runtime(parsed, fields, unset) if isinstance(parsed, TriggerDef) else None
             if quick is not None:
                 self._parsed[rid] = quick
+                self._changed.add(rid)
             else:
                 self._store(rid, *self._base_record(rid))
 
@@ -348,6 +362,7 @@ class RecordCache:
         if mark.parsed is not None:
             self._loaded.pop(rid, None)
             self._parsed[rid] = mark.parsed
+        self._changed.add(rid)
 
     def pending_owner(self) -> set[str]:
         """Return the ids whose owner stamp this device wrote and has not seen back."""
@@ -363,6 +378,7 @@ class RecordCache:
 
     def _store(self, rid: str, record: dict[str, Any], text: str | None) -> None:
         """Parse the server's `record` under the overlay; keep its text only where needed."""
+        self._changed.add(rid)
         self._loaded.pop(rid, None)
         overlay = self._overlay.get(rid)
         if overlay is not None:

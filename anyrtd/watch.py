@@ -9,6 +9,7 @@ is `anyrtd/missed.py`'s; this stage gathers its facts: the records, the devices 
 from __future__ import annotations
 
 import asyncio
+import heapq
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -63,7 +64,8 @@ async def read_devices(
 
 SLICE = 1000
 """Triggers looked at between two turns of the event loop (a few milliseconds of work, at
-most, once the first pass has seen them): a pass over 100,000 triggers holds up no start."""
+most): the first pass over 100,000 triggers, or a pass after as many changes, holds up no
+start."""
 NOTABLE = frozenset({LastStatus.ERROR, LastStatus.AUTO_DISABLED})
 
 
@@ -71,8 +73,11 @@ class Watch:
     """The last missed occurrences of every trigger, and the counts `/metrics` shows.
 
     Each trigger is kept with its definition as last seen and the earliest occurrence that
-    could be missed (`first_due`); a definition object that did not change since the last
-    pass costs a comparison, the rest is worked out only for the triggers that are due.
+    could be missed (`first_due`). The first pass looks at every record; later passes look
+    only at the records the cache says changed since (`RecordCache.take_changed`), and at
+    the triggers whose earliest occurrence that could be missed is now more than a grace
+    ago (a heap by that time): a pass over 100,000 triggers none of which changed or came
+    due costs nothing that grows with the count.
     """
 
     def __init__(
@@ -94,13 +99,22 @@ class Watch:
         """Missed occurrences counted since the daemon started, by trigger id."""
         self.last_pass: float | None = None
         self._counted: dict[str, float] = {}
-        self._tracked: dict[str, tuple[Watched, float | None, bool]] = {}
+        self._tracked: dict[str, tuple[Watched, float | None]] | None = None
+        """Each trigger as watched and its `first_due`, by id (None before the first pass)."""
+        self._coming: list[tuple[float, str]] = []
+        """(`first_due`, id) of the triggers not due yet, earliest first (an entry whose
+        trigger changed since is left to fall out when it comes up)."""
+        self._due: set[str] = set()
+        """The triggers whose `first_due` is more than a grace ago: looked at every pass."""
+        self._notable: dict[str, TriggerDef] = {}
+        self._seen: dict[str, float] | None = None
+        """`last_recorded` of every trigger (None: to work out again)."""
         self._devices: tuple[Mapping[str, DeviceState] | None, Mapping[str, str]] = (None, {})
         self._devices_at: float | None = None
 
     def definitions(self) -> list[TriggerDef]:
         """Return the definitions the last pass looked at (not the standing built-ins)."""
-        return [kept[0].defn for kept in self._tracked.values()]
+        return [kept[0].defn for kept in (self._tracked or {}).values()]
 
     async def step(
         self,
@@ -118,42 +132,67 @@ class Watch:
         if self._devices_at is None or now - self._devices_at >= DEVICES_EVERY_S:
             self._devices = await read_devices(client)
             self._devices_at = now
-        until = now - self.grace_s
-        parsed = self.records.parsed
-        ids = list(parsed)
-        old, fresh = self._tracked, {}
-        due: list[Watched] = []
-        notable: list[TriggerDef] = []
-        get = parsed.get
+        changed = self.records.take_changed()
+        if self._tracked is None:
+            self._tracked = {}
+            ids: list[str] = list(self.records.parsed)
+        else:
+            ids = sorted(changed)
         for start in range(0, len(ids), SLICE):
             if start:
                 await asyncio.sleep(0)  # let the loop breathe between slices
             if pace is not None:
                 await pace()  # a slice holds the loop for milliseconds: not over a start
             for rid in ids[start : start + SLICE]:
-                d = get(rid)
-                kept = old.get(rid)
-                if kept is None or kept[0].defn is not d:
-                    if not isinstance(d, TriggerDef) or rid in STANDING_BUILTINS:
-                        continue
-                    w = sight(kept[0] if kept is not None else None, d, now)
-                    kept = (w, first_due(w), d.rollup.last_status in NOTABLE)
-                fresh[rid] = kept
-                if kept[1] is not None and kept[1] < until:
-                    due.append(kept[0])
-                if kept[2]:
-                    notable.append(kept[0].defn)
-        self._tracked = fresh
+                self._look_at(rid, now)
+        until = now - self.grace_s
+        coming, tracked, due = self._coming, self._tracked, self._due
+        while coming and coming[0][0] < until:
+            at, rid = heapq.heappop(coming)
+            kept = tracked.get(rid)
+            if kept is not None and kept[1] == at:
+                due.add(rid)
         found: list[Missed] = []
         if due:
             # An owner's silence is judged on every trigger it holds, not only the due ones.
-            scene, seen = self.scene(now, peer_id), last_recorded(self.definitions(), {})
-            found = [m for w in due if (m := missed_of(w, scene, seen)) is not None]
+            scene = self.scene(now, peer_id)
+            if self._seen is None:
+                self._seen = last_recorded(self.definitions(), {})
+            seen = self._seen
+            found = [
+                m
+                for rid in sorted(due)
+                if (m := missed_of(tracked[rid][0], scene, seen)) is not None
+            ]
         self.missed = {m.trigger_id: m for m in found}
-        self.notable = notable
+        self.notable = [self._notable[rid] for rid in sorted(self._notable)]
         self._count(found)
         self.last_pass = now
         return found
+
+    def _look_at(self, rid: str, now: float) -> None:
+        """Take the record of `rid` as it is now (new, changed, or gone)."""
+        assert self._tracked is not None
+        d = self.records.parsed.get(rid)
+        kept = self._tracked.get(rid)
+        if kept is not None and kept[0].defn is d:
+            return
+        self._due.discard(rid)
+        self._notable.pop(rid, None)
+        if kept is not None and self._seen is not None and _may_lower(kept[0].defn, d):
+            self._seen = None  # the latest run of its owner may be gone: work it out again
+        if not isinstance(d, TriggerDef) or rid in STANDING_BUILTINS:
+            self._tracked.pop(rid, None)
+            return
+        w = sight(kept[0] if kept is not None else None, d, now)
+        at = first_due(w)
+        self._tracked[rid] = (w, at)
+        if at is not None:
+            heapq.heappush(self._coming, (at, rid))
+        if d.rollup.last_status in NOTABLE:
+            self._notable[rid] = d
+        if self._seen is not None:
+            self._seen = last_recorded((d,), self._seen)
 
     def scene(self, now: float, peer_id: str | None) -> Scene:
         """Return the facts every trigger of a pass shares."""
@@ -173,12 +212,13 @@ class Watch:
     ) -> Missed | None:
         """Return one trigger's missed occurrences as of `now`, with the `scheduledAt` of the
         runs a reader knows of (None when it missed none, or the watch has not seen it)."""
-        kept = self._tracked.get(trigger_id)
+        kept = (self._tracked or {}).get(trigger_id)
         parsed = self.records.parsed.get(trigger_id)
         if kept is None or not isinstance(parsed, TriggerDef):
             return None
         w = replace(sight(kept[0], parsed, now), scheduled=tuple(scheduled))
-        return missed_of(w, self.scene(now, peer_id), last_recorded(self.definitions(), {}))
+        seen = self._seen if self._seen is not None else last_recorded(self.definitions(), {})
+        return missed_of(w, self.scene(now, peer_id), seen)
 
     def _count(self, found: Iterable[Missed]) -> None:
         for m in found:
@@ -189,6 +229,19 @@ class Watch:
                 fresh = sum(1 for o in m.occurrences if o.at > counted)
             self.totals[m.trigger_id] += fresh
             self._counted[m.trigger_id] = m.last.at
+
+
+def _may_lower(before: TriggerDef, now: TriggerDef | object) -> bool:
+    """Return whether a definition replacing `before` (or its record's going) may lower the
+    latest run its owner's triggers show (`last_recorded`): it showed a run, and the new one
+    shows none later under the same owner."""
+    at = before.rollup.last_run_at
+    if at is None:
+        return False
+    if not isinstance(now, TriggerDef) or now.owner != before.owner:
+        return True
+    later = now.rollup.last_run_at
+    return later is None or later < at
 
 
 @dataclass(frozen=True)
