@@ -71,8 +71,7 @@ class DrainResult:
 
 
 class DrainWake:
-    """When the outbox loop drains: once a commit queued writes or released deferred ones
-    (`queued`), and, while the last drain left writes unsent (the server away, its datasets
+    """When the outbox loop drains: once a commit queued writes (`queued`), and, while the last drain left writes unsent (the server away, its datasets
     not resolved yet, more than a drain's rounds), after every tick and every wait. With
     nothing queued, the loop sleeps: an idle daemon does not poll its own outbox."""
 

@@ -190,8 +190,9 @@ class Ahead:
             waited += pause
 
     def cancel(self, trigger_id: str, why: str = "its trigger changed") -> None:
-        """Cancel the prepared run of `trigger_id`, if any, with its deferred writes: its entry
-        is put back as it was before the prepare (the caller's change follows)."""
+        """Cancel the prepared run of `trigger_id`, if any (`Firing.take_back`): its row is
+        deleted and its entry put back as it was before the prepare (the caller's change
+        follows)."""
         for batch in self.batches:
             launch = self.firing.take_back(batch, trigger_id)
             if launch is None:
@@ -443,8 +444,8 @@ class Timer:
 
     async def _note_starts(self) -> None:
         """Commit the notes of the batches started (off the timer's path, `NOTE_WAIT_S`
-        after a start, one commit for the batches started meanwhile), then release the deferred
-        writes to the drain; again while batches start during it."""
+        after a start, one commit for the batches started meanwhile, which wakes the drain for
+        the writes the notes queued); again while batches start during it."""
         while self._note_due:
             self._note_due = False
             with contextlib.suppress(TimeoutError):
