@@ -71,9 +71,10 @@ class DrainResult:
 
 
 class DrainWake:
-    """When the outbox loop drains: once a commit queued writes (`queued`), and, while the last drain left writes unsent (the server away, its datasets
-    not resolved yet, more than a drain's rounds), after every tick and every wait. With
-    nothing queued, the loop sleeps: an idle daemon does not poll its own outbox."""
+    """When the outbox loop drains: once a commit queued writes (`queued`), and, while the
+    last drain left writes unsent (the server away, its datasets not resolved yet, more than a
+    drain's rounds), after every tick and every wait. With nothing queued, the loop sleeps:
+    an idle daemon does not poll its own outbox."""
 
     def __init__(self) -> None:
         self._event = asyncio.Event()
