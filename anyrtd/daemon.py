@@ -426,8 +426,10 @@ class Daemon:
         with contextlib.suppress(TimeoutError):  # a wake set during the last tick counts
             await asyncio.wait_for(self._wake.wait(), timeout=self.config.tick_s)
         self._wake.clear()
-        # A tick holds the loop for milliseconds (with a spread's slice, tens): not over a start.
-        await self.timer.clear_of(SPREAD_STALL_S if self.apply.spreading else CLEAR_STALL_S)
+        # A tick holds the loop for milliseconds (with a slice of a spread or of a burst of
+        # changes, tens): not over a start.
+        sliced = self.apply.spreading or self.sync_stage.pending
+        await self.timer.clear_of(SPREAD_STALL_S if sliced else CLEAR_STALL_S)
         await self.tick()
 
     async def _sync_loop(self) -> None:

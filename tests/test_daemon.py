@@ -8,14 +8,15 @@ nothing waits on a bare sleep.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from typing import Any
 
 import pytest
 from fleet import T0, Node
 from support import AGENT_RUNS_FIELDS, async_wait_until
 
-from anyrtd.client import ServerError
-from anyrtd.sync import FIRST_FULL_AFTER_S
+from anyrtd.client import ServerError, Upsert
+from anyrtd.sync import FIRST_FULL_AFTER_S, TICK_CHANGES
 
 
 def cron(expr: str = "*/10 * * * *", **fields: Any) -> dict[str, Any]:
@@ -411,3 +412,45 @@ async def test_a_consumed_once_whose_run_never_finished_does_not_fire_again(
     runs = await h.runs("o")
     assert [r["status"] for r in runs] == ["interrupted"]
     assert len(h.programs.calls) == 1
+
+
+async def test_a_full_read_of_many_changed_records_leaves_the_loop_free_between_its_slices(
+    h: Node,
+) -> None:
+    """The tick loop applies a full read a slice of `TICK_CHANGES` at a time, and other
+    tasks (the timer, the control API) have their turn between the slices."""
+    count = 3 * TICK_CHANGES + 10
+    upserts = [Upsert(id=f"t{n:03d}", fields={"owner": h.me, **cron()}) for n in range(count)]
+    await h.user.upsert(h.triggers, upserts)
+    daemon = h.daemon
+    daemon.sync_stage._last_full = None  # as at a start without a cursor: every record
+    assert await daemon.sync() == 1  # the full read, buffered
+    turns = 0
+
+    async def other() -> None:  # counts its turns on the loop
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    slices: list[tuple[int, int]] = []  # the other task's turns, and the entries, at each slice
+    apply_buffered = daemon.sync_stage.apply_buffered
+
+    def counted(changes: int | None = None) -> set[str]:
+        slices.append((turns, len(daemon.registry)))
+        return apply_buffered(changes)
+
+    daemon.sync_stage.apply_buffered = counted  # type: ignore[method-assign]
+    daemon._wake.set()
+    tasks = [asyncio.create_task(other()), asyncio.create_task(daemon._loop(daemon._tick_loop))]
+    try:
+        await async_wait_until(
+            lambda: asyncio.sleep(0, len(daemon.registry) >= count), what="every record adopted"
+        )
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    applying = [turn for turn, entries in slices if entries < count]
+    assert len(applying) >= count // TICK_CHANGES + 1  # in slices, not in one piece
+    assert all(a < b for a, b in itertools.pairwise(applying))  # the loop free between them
