@@ -33,7 +33,7 @@ from anyrtd.model import TriggerDef
 from anyrtd.notices import Notices
 from anyrtd.outbox import RETRY_S, RUNS, TRIGGERS, WINDOW_S, DrainResult, DrainWake, drain
 from anyrtd.places import Places
-from anyrtd.records import RecordCache
+from anyrtd.records import ACK_SLICE, RecordCache
 from anyrtd.registry import Registry
 from anyrtd.role import Role
 from anyrtd.runner import Runner
@@ -413,9 +413,14 @@ class Daemon:
             return None
         datasets = {TRIGGERS: places.triggers, RUNS: places.runs}
         result = await drain(self.db, self.client, datasets.get, now=self.clock.now)
-        for rid, version in result.trigger_writes():
-            self.records.acked(rid, version)
-            self._dirty.add(rid)
+        writes = result.trigger_writes()  # a drain's rounds can take thousands
+        for at in range(0, len(writes), ACK_SLICE):
+            if at:  # the loop's other work between slices, and not over a start
+                await self.timer.clear_of()
+                await asyncio.sleep(0)
+            for rid, version in writes[at : at + ACK_SLICE]:
+                self.records.acked(rid, version)
+                self._dirty.add(rid)
         if result.lost:
             self._wake.set()
         return result

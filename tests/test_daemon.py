@@ -16,6 +16,7 @@ from fleet import T0, Node
 from support import AGENT_RUNS_FIELDS, async_wait_until
 
 from anyrtd.client import ServerError, Upsert
+from anyrtd.records import ACK_SLICE
 from anyrtd.sync import FIRST_FULL_AFTER_S, TICK_CHANGES
 
 
@@ -454,3 +455,39 @@ async def test_a_full_read_of_many_changed_records_leaves_the_loop_free_between_
     applying = [turn for turn, entries in slices if entries < count]
     assert len(applying) >= count // TICK_CHANGES + 1  # in slices, not in one piece
     assert all(a < b for a, b in itertools.pairwise(applying))  # the loop free between them
+
+
+async def test_a_drain_of_many_trigger_writes_takes_their_acks_with_the_loop_free_between(
+    h: Node,
+) -> None:
+    """A drain's rounds can take thousands of owner stamps and markers; their
+    acknowledgements (each may parse its record again) are taken `ACK_SLICE` at a time,
+    and other tasks have their turn between the slices."""
+    count = 2 * ACK_SLICE + 10
+    await h.user.upsert(h.triggers, [Upsert(id=f"t{n:03d}", fields=cron()) for n in range(count)])
+    await h.tick()  # every record claimed: the owner stamps wait in the outbox
+    turns = 0
+
+    async def other() -> None:  # counts its turns on the loop
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    at_ack: list[int] = []
+    acked = h.daemon.records.acked
+
+    def counted(rid: str, version: int | None) -> None:
+        at_ack.append(turns)
+        acked(rid, version)
+
+    h.daemon.records.acked = counted  # type: ignore[method-assign]
+    task = asyncio.create_task(other())
+    try:
+        result = await h.daemon.drain_outbox()
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert result is not None and result.sent >= count and len(at_ack) >= count
+    slices = [at_ack[n] for n in range(0, len(at_ack), ACK_SLICE)]
+    assert len(slices) >= 3 and all(a < b for a, b in itertools.pairwise(slices))
