@@ -351,7 +351,7 @@ class Daemon:
         if (verdict, self.peer_id) != self._reconciled_as:  # every id, over the next ticks
             self._reconciled_as = (verdict, self.peer_id)
             self.apply.spread([*self.records.ids(), *self.registry.entries], verdict)
-        ids, self._dirty = self._dirty | self.apply.unconfirmed, set()
+        ids, self._dirty = self._dirty, set()
         if (peer := self.peer_id) is not None:
             self.role.follow_verdict(verdict, now, peer)
             ids = self.apply.step(ids, now, verdict, peer)  # and a slice of every id

@@ -15,6 +15,7 @@ import pytest
 from fleet import T0, Node
 from support import AGENT_RUNS_FIELDS, async_wait_until
 
+from anyrtd import apply
 from anyrtd.client import ServerError, Upsert
 from anyrtd.records import ACK_SLICE
 from anyrtd.sync import FIRST_FULL_AFTER_S, TICK_CHANGES
@@ -491,3 +492,35 @@ async def test_a_drain_of_many_trigger_writes_takes_their_acks_with_the_loop_fre
     assert result is not None and result.sent >= count and len(at_ack) >= count
     slices = [at_ack[n] for n in range(0, len(at_ack), ACK_SLICE)]
     assert len(slices) >= 3 and all(a < b for a, b in itertools.pairwise(slices))
+
+
+async def test_many_claims_come_back_and_are_confirmed_a_slice_per_tick(
+    h: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """However many claims come back at once, a tick reconciles a bounded number of ids
+    (`CONFIRM_SLICE` of what changed, as many waiting claims, and a spread's slice),
+    and the next tick follows at once."""
+    monkeypatch.setattr(apply, "CONFIRM_SLICE", 5)
+    monkeypatch.setattr(apply, "SPREAD_SLICE", 10)
+    await h.user.upsert(h.triggers, [Upsert(id=f"t{n:02d}", fields=cron()) for n in range(40)])
+    sizes: list[int] = []
+    reconcile = h.daemon.apply.reconcile
+
+    def counted(ids: Any, now: float, verdict: str, peer_id: str) -> None:
+        sizes.append(len(ids))
+        reconcile(ids, now, verdict, peer_id)
+
+    h.daemon.apply.reconcile = counted  # type: ignore[method-assign]
+    await h.tick()  # every record claimed, over the ticks: the stamps wait in the outbox
+    while h.daemon.apply.spreading:
+        await h.tick()
+    assert len(h.daemon.apply.unconfirmed) >= 40
+    await h.daemon.drain_outbox()  # every stamp back at once
+    h.clock.advance(5)  # past the confirmation time
+    await h.tick()
+    assert h.daemon.apply.spreading  # more claims ready than a tick takes
+    while h.daemon.apply.spreading:  # as the tick loop does, at once
+        await h.tick()
+    assert not h.daemon.apply.unconfirmed
+    assert all(e.confirmed for e in h.daemon.registry.entries.values() if e.id.startswith("t"))
+    assert sizes and max(sizes) <= 5 + 5 + 10
