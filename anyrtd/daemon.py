@@ -236,6 +236,9 @@ class Daemon:
         with contextlib.suppress(ServerUnavailable, ServerError):
             await self.sync()
         await self.tick()
+        while self.sync_stage.pending:  # the first full read to its end, a slice a tick
+            await asyncio.sleep(0)  # the control API's turn between them
+            await self.tick()
         self._tasks = [
             asyncio.create_task(self._loop(self._tick_loop), name="anyrtd-tick"),
             asyncio.create_task(self._loop(self.timer.step), name="anyrtd-timer"),
