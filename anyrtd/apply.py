@@ -50,6 +50,11 @@ SPREAD_KEEP = 20_000
 full passes (`heap.keep_built`): they would walk the definitions of every slice before,
 for up to 0.1 s at 100,000 records.
 Chosen (e2f91ad): docs/benchmarks.md, start-up from 100,000 records."""
+CONFIRM_SLICE = 500
+"""Unconfirmed claims a step reconciles while more wait (`Apply.step`): those whose stamp
+came back first, the others in turn. Chosen: 6,667 claims of broken records, reconciled
+every step, cost 55 ms a tick while their stamps were on their way and 0.3 s in one tick
+once they came back; 1,000 confirmed in a step, about 55 ms."""
 SPREAD_STALL_S = 0.06
 """About the longest a tick with a slice holds the event loop: it waits for a start due
 sooner to pass (`Timer.clear_of`).
@@ -85,7 +90,8 @@ class Apply:
         """Cancels the run prepared ahead for a trigger, if any, before its entry changes."""
         self.clock: Clock = clock or SystemClock()
         self.unconfirmed: set[str] = set()
-        """Claimed entries waiting for their stamp to come back: reconciled every tick."""
+        """Claimed entries waiting for their stamp to come back: reconciled every step, a
+        slice of them while many wait (`_claims`)."""
         self.unsettled: set[str] = set()
         """Ids whose reconcile of every id, spread over the ticks after a start or a new
         verdict, has not come yet (`spread`); an entry due among them is reconciled as it
@@ -97,6 +103,10 @@ class Apply:
         self._spread_size = 0
         self._as: tuple[str, str] | None = None
         """The verdict and peer id of the last step: what an entry due is settled under."""
+        self._claims_turn: list[str] = []
+        """Unconfirmed claims not reconciled yet in this turn through them (`_claims`)."""
+        self._claims_ready = False
+        """More claims were ready to confirm than the last step took."""
         self._pull_back: set[str] = set()
         """Restored recurring entries whose check for a clock stepped back is owed: made at
         their first reconcile, which reads their definitions."""
@@ -197,14 +207,60 @@ class Apply:
 
     @property
     def spreading(self) -> bool:
-        """Whether a spread reconcile has ids left for the next step (there is a peer id)."""
-        return bool(self._todo) and self._as is not None
+        """Whether a spread reconcile, or claims ready to confirm, have ids left for the
+        next step (there is a peer id)."""
+        return (bool(self._todo) or self._claims_ready) and self._as is not None
+
+    def _defer(self, ids: set[str]) -> None:
+        """Leave `CONFIRM_SLICE` of `ids` to this step; the others join the spread
+        reconcile's ids, reconciled in the next steps, or as they come due."""
+        later = list(ids)[CONFIRM_SLICE:]
+        ids.difference_update(later)
+        unsettled = self.unsettled
+        later = [rid for rid in later if rid not in unsettled]
+        unsettled.update(later)
+        self._todo.extend(later)  # taken from the end: before the rest of a spread
+
+    def _claims(self, now: float) -> set[str]:
+        """Return the unconfirmed claims this step reconciles: every one while at most
+        `CONFIRM_SLICE` wait; else that many, first those whose stamp came back and whose
+        confirmation time came, then the others in turn."""
+        unconfirmed = self.unconfirmed
+        self._claims_ready = False
+        if len(unconfirmed) <= CONFIRM_SLICE:
+            return set(unconfirmed)
+        pending, entries = self.records.pending_owner(), self.registry.entries
+        due = now - self.confirm_after
+        ready = [
+            rid
+            for rid in unconfirmed
+            if rid not in pending
+            and (entry := entries.get(rid)) is not None
+            and (entry.row.claimed_at or 0.0) <= due
+        ]
+        taken = set(ready[:CONFIRM_SLICE])
+        self._claims_ready = len(ready) > CONFIRM_SLICE
+        turn = self._claims_turn
+        while len(taken) < CONFIRM_SLICE:
+            if not turn:
+                turn.extend(unconfirmed - taken)
+                if not turn:
+                    break
+            rid = turn.pop()
+            if rid in unconfirmed:
+                taken.add(rid)
+        return taken
 
     def step(self, ids: Iterable[str], now: float, verdict: str, peer_id: str) -> set[str]:
-        """Reconcile `ids` (what changed) and the next slice of a spread reconcile; return
-        every id reconciled. The verdict is noted in the mirror once a spread is done: the
-        mirror then holds a whole reconcile under it (`Daemon.open`)."""
+        """Reconcile `ids` (what changed; past `CONFIRM_SLICE` of them, the rest joins the
+        spread reconcile), the claims not confirmed yet (`_claims`) and the next slice of a
+        spread reconcile; return every id reconciled. The verdict is noted in the mirror
+        once a spread is done: the mirror then holds a whole reconcile under it
+        (`Daemon.open`)."""
         ids = set(ids)
+        if len(ids) > CONFIRM_SLICE:  # thousands of acknowledgements, say
+            self._defer(ids)
+        ids |= self._claims(now)
         self._as = (verdict, peer_id)
         todo, unsettled, taken = self._todo, self.unsettled, 0
         while todo and taken < SPREAD_SLICE:
@@ -408,4 +464,4 @@ def _share(row: EntryRow, defn: TriggerDef) -> None:
         row.fingerprint = defn.fingerprint
 
 
-__all__ = ["SPREAD_SLICE", "SPREAD_STALL_S", "Apply"]
+__all__ = ["CONFIRM_SLICE", "SPREAD_SLICE", "SPREAD_STALL_S", "Apply"]

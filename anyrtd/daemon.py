@@ -33,7 +33,7 @@ from anyrtd.model import TriggerDef
 from anyrtd.notices import Notices
 from anyrtd.outbox import RETRY_S, RUNS, TRIGGERS, WINDOW_S, DrainResult, DrainWake, drain
 from anyrtd.places import Places
-from anyrtd.records import RecordCache
+from anyrtd.records import ACK_SLICE, RecordCache
 from anyrtd.registry import Registry
 from anyrtd.role import Role
 from anyrtd.runner import Runner
@@ -236,6 +236,9 @@ class Daemon:
         with contextlib.suppress(ServerUnavailable, ServerError):
             await self.sync()
         await self.tick()
+        while self.sync_stage.pending:  # the first full read to its end, a slice a tick
+            await asyncio.sleep(0)  # the control API's turn between them
+            await self.tick()
         self._tasks = [
             asyncio.create_task(self._loop(self._tick_loop), name="anyrtd-tick"),
             asyncio.create_task(self._loop(self.timer.step), name="anyrtd-timer"),
@@ -351,7 +354,7 @@ class Daemon:
         if (verdict, self.peer_id) != self._reconciled_as:  # every id, over the next ticks
             self._reconciled_as = (verdict, self.peer_id)
             self.apply.spread([*self.records.ids(), *self.registry.entries], verdict)
-        ids, self._dirty = self._dirty | self.apply.unconfirmed, set()
+        ids, self._dirty = self._dirty, set()
         if (peer := self.peer_id) is not None:
             self.role.follow_verdict(verdict, now, peer)
             ids = self.apply.step(ids, now, verdict, peer)  # and a slice of every id
@@ -413,9 +416,14 @@ class Daemon:
             return None
         datasets = {TRIGGERS: places.triggers, RUNS: places.runs}
         result = await drain(self.db, self.client, datasets.get, now=self.clock.now)
-        for rid, version in result.trigger_writes():
-            self.records.acked(rid, version)
-            self._dirty.add(rid)
+        writes = result.trigger_writes()  # a drain's rounds can take thousands
+        for at in range(0, len(writes), ACK_SLICE):
+            if at:  # the loop's other work between slices, and not over a start
+                await self.timer.clear_of()
+                await asyncio.sleep(0)
+            for rid, version in writes[at : at + ACK_SLICE]:
+                self.records.acked(rid, version)
+                self._dirty.add(rid)
         if result.lost:
             self._wake.set()
         return result
@@ -426,8 +434,10 @@ class Daemon:
         with contextlib.suppress(TimeoutError):  # a wake set during the last tick counts
             await asyncio.wait_for(self._wake.wait(), timeout=self.config.tick_s)
         self._wake.clear()
-        # A tick holds the loop for milliseconds (with a spread's slice, tens): not over a start.
-        await self.timer.clear_of(SPREAD_STALL_S if self.apply.spreading else CLEAR_STALL_S)
+        # A tick holds the loop for milliseconds (with a slice of a spread or of a burst of
+        # changes, tens): not over a start.
+        sliced = self.apply.spreading or self.sync_stage.pending
+        await self.timer.clear_of(SPREAD_STALL_S if sliced else CLEAR_STALL_S)
         await self.tick()
 
     async def _sync_loop(self) -> None:

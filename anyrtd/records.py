@@ -24,6 +24,12 @@ from anyrtd.model import (
     with_version,
 )
 
+ACK_SLICE = 100
+"""The most acknowledgements of this device's writes taken (`RecordCache.acked`) between
+two turns of the event loop: an acknowledgement that lets an overlay go parses the
+server's record again, up to about 1 ms for a large one (10,000 broken records: 6,667
+owner stamps and markers acknowledged, 1.2 s)."""
+
 
 @dataclass(slots=True)
 class Overlay:

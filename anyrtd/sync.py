@@ -27,7 +27,7 @@ from anyrtd.client import (
     ServerError,
     ServerUnavailable,
 )
-from anyrtd.heap import gc_paused
+from anyrtd.heap import gc_paused, keep_built
 from anyrtd.metrics import Stats
 from anyrtd.mirror import AsyncMirror, Mirror
 from anyrtd.outbox import TRIGGERS
@@ -49,14 +49,24 @@ the records in it, and the server answers up to 10,000 (docs/server-api.md).
 Chosen (e4ea674): a full read of 100,000 records, 0.79/0.97 s of CPU in pages of 1,000, 0.71/0.81 s
 in 5,000."""
 
+FULL_READ_KEEP = 20_000
+"""A full read of at least this many records keeps what each slice built out of the
+collector's full passes (`heap.keep_built`), as a spread reconcile does.
+Chosen: applying 100,000 new records, the passes held single slices up to 0.28 s."""
+
 FEED_HEAD = 2**53
 """A `since` past any sequence number: the feed answers with its head and no changes."""
 
 
 TICK_CHANGES = 100
-"""The most feed changes one tick applies; a burst's rest waits for the next tick, which
-follows at once (tens of milliseconds of parsing and reconciling per slice).
+"""The most changes one tick applies, feed changes and a full read's changed records
+alike; a burst's rest waits for the next tick, which follows at once (tens of
+milliseconds of parsing and reconciling per slice).
 Chosen (10834ec): tens of milliseconds of parsing a slice, so the timer keeps its turn."""
+
+TICK_SCAN = 5000
+"""The most records of a full read one tick looks at, changed or not: one unchanged costs
+a version comparison and its claim token, about 2 µs (10 ms a slice)."""
 
 FIRST_FULL_AFTER_S = 30.0
 """After a restart from a mirror that follows the change feed, how long after the start the
@@ -71,6 +81,26 @@ class _Cursor:
     """In the buffer, after what was read up to `seq`: once applied, the mirror's cursor."""
 
     seq: int
+
+
+@dataclass(slots=True)
+class _FullRead:
+    """In the buffer, every trigger record read at once, applied a slice per tick: the
+    records in the order read, then the eviction of the ids the read did not show."""
+
+    left: list[Record]
+    """The records not applied yet, last first: each is let go of as it is applied."""
+    size: int
+    unseen: set[str] | None = None
+    """The ids the cache held when the first slice came, less those the read showed since:
+    only those may be evicted (an id put by a write made since was not there to read)."""
+    gone: list[str] | None = None
+    """The ids to evict, once every record is applied (taken from the end)."""
+
+    @classmethod
+    def of(cls, records: list[Record]) -> _FullRead:
+        records.reverse()
+        return cls(records, len(records))
 
 
 class Sync:
@@ -99,7 +129,7 @@ class Sync:
         self.feed_available = True
         self.resolved = False
         self.tombstones: set[str] = set()
-        self._buffer: list[Change | list[Record] | _Cursor] = []
+        self._buffer: list[Change | _FullRead | _Cursor] = []
         self._last_full: float | None = None
         self._cut = False
         """The last `apply_buffered` stopped at its slice's end (`pending`)."""
@@ -237,7 +267,10 @@ class Sync:
         records = await self.client.query_all(
             self.places.triggers, include_deleted=True, page_size=FULL_READ_PAGE
         )
-        self._buffer.append(records)
+        # A full read not applied to its end yet is superseded: this one shows every record
+        # after it (and without a feed, one comes every step, faster than one is applied).
+        self._buffer = [item for item in self._buffer if not isinstance(item, _FullRead)]
+        self._buffer.append(_FullRead.of(records))
         if self.cursor is not None:
             self._mark_cursor()
         self._last_full = now
@@ -320,40 +353,68 @@ class Sync:
     @gc_paused()  # a full read of 100,000 records: anyrtd/heap.py
     def apply_buffered(self, changes: int | None = None) -> set[str]:
         """Apply what was read since the last tick, in the order it was read, but at most
-        `changes` feed changes (None: all; a full read is always applied whole); return
-        the ids it touched. What is left waits for the next tick, so a burst of changes
-        is applied in slices and never holds the loop (and the timer) for long."""
+        `changes` changes (feed changes and a full read's changed records, evictions
+        included) and `TICK_SCAN` records of a full read (None: all); return the ids it
+        touched. What is left waits for the next tick, so a burst of changes or a full
+        read of many changed records is applied in slices and never holds the loop (and
+        the timer) for long."""
         touched: set[str] = set()
-        taken = 0
+        left = changes
         for n, item in enumerate(self._buffer):
             if isinstance(item, _Cursor):
                 self.unit.meta({"cursor": str(item.seq)})
-            elif isinstance(item, Change):
-                if changes is not None and taken >= changes:
-                    del self._buffer[:n]
-                    self._cut = True
-                    return touched
-                taken += 1
+                continue
+            if left is not None and left <= 0:
+                return self._cut_at(n, touched)
+            if isinstance(item, Change):
                 touched |= self._apply_change(item)
+                left = None if left is None else left - 1
             else:
-                touched |= self._apply_full_read(item)
+                left = self._apply_full_read(item, touched, left)
+                if left is not None and (item.gone is None or item.gone):
+                    return self._cut_at(n, touched)  # the rest of the read: the next slice
         self._buffer = []
         self._cut = False
         return touched
 
-    def _apply_full_read(self, records: list[Record]) -> set[str]:
-        touched: set[str] = set()
-        seen: set[str] = set()
-        for record in records:
+    def _cut_at(self, n: int, touched: set[str]) -> set[str]:
+        """Keep the buffer from its `n`th item for the next tick."""
+        del self._buffer[:n]
+        self._cut = True
+        return touched
+
+    def _apply_full_read(self, read: _FullRead, touched: set[str], left: int | None) -> int | None:
+        """Apply the next slice of a full read, at most `left` changes and `TICK_SCAN`
+        records (None: all of it); add the ids it touched to `touched` and return the
+        changes left."""
+        if read.unseen is None:
+            read.unseen = set(self.records.ids())
+        records, unseen = read.left, read.unseen
+        scan = len(records) if left is None else TICK_SCAN
+        while records and scan and (left is None or left > 0):
+            record = records.pop()
+            scan -= 1
             rid = str(record.get("id", ""))
-            seen.add(rid)
+            unseen.discard(rid)
             if record.get("_deleted"):
                 touched.add(self.forget(rid))
             elif (kept := self.remember(record)) is not None:
                 touched.add(kept)
-        for rid in [r for r in self.records.ids() if r not in seen]:
-            touched.add(self.forget(rid))
-        return touched
+            else:
+                continue
+            left = None if left is None else left - 1
+        if read.gone is None and not records:
+            # Every record applied: what the read did not show (and the cache still holds)
+            # is gone from the server.
+            read.gone = [rid for rid in unseen if rid in self.records]
+            read.unseen = set()
+        gone = read.gone or []
+        while gone and (left is None or left > 0):
+            touched.add(self.forget(gone.pop()))
+            left = None if left is None else left - 1
+        if read.size >= FULL_READ_KEEP and left is not None:
+            keep_built()  # what the slice built: a full pass would walk it at every slice
+        return left
 
     def _apply_change(self, change: Change) -> set[str]:
         if change.op == "delete":

@@ -8,14 +8,17 @@ nothing waits on a bare sleep.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from typing import Any
 
 import pytest
 from fleet import T0, Node
 from support import AGENT_RUNS_FIELDS, async_wait_until
 
-from anyrtd.client import ServerError
-from anyrtd.sync import FIRST_FULL_AFTER_S
+from anyrtd import apply
+from anyrtd.client import ServerError, Upsert
+from anyrtd.records import ACK_SLICE
+from anyrtd.sync import FIRST_FULL_AFTER_S, TICK_CHANGES
 
 
 def cron(expr: str = "*/10 * * * *", **fields: Any) -> dict[str, Any]:
@@ -411,3 +414,113 @@ async def test_a_consumed_once_whose_run_never_finished_does_not_fire_again(
     runs = await h.runs("o")
     assert [r["status"] for r in runs] == ["interrupted"]
     assert len(h.programs.calls) == 1
+
+
+async def test_a_full_read_of_many_changed_records_leaves_the_loop_free_between_its_slices(
+    h: Node,
+) -> None:
+    """The tick loop applies a full read a slice of `TICK_CHANGES` at a time, and other
+    tasks (the timer, the control API) have their turn between the slices."""
+    count = 3 * TICK_CHANGES + 10
+    upserts = [Upsert(id=f"t{n:03d}", fields={"owner": h.me, **cron()}) for n in range(count)]
+    await h.user.upsert(h.triggers, upserts)
+    daemon = h.daemon
+    daemon.sync_stage._last_full = None  # as at a start without a cursor: every record
+    assert await daemon.sync() == 1  # the full read, buffered
+    turns = 0
+
+    async def other() -> None:  # counts its turns on the loop
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    slices: list[tuple[int, int]] = []  # the other task's turns, and the entries, at each slice
+    apply_buffered = daemon.sync_stage.apply_buffered
+
+    def counted(changes: int | None = None) -> set[str]:
+        slices.append((turns, len(daemon.registry)))
+        return apply_buffered(changes)
+
+    daemon.sync_stage.apply_buffered = counted  # type: ignore[method-assign]
+    daemon._wake.set()
+    tasks = [asyncio.create_task(other()), asyncio.create_task(daemon._loop(daemon._tick_loop))]
+    try:
+        await async_wait_until(
+            lambda: asyncio.sleep(0, len(daemon.registry) >= count), what="every record adopted"
+        )
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    applying = [turn for turn, entries in slices if entries < count]
+    assert len(applying) >= count // TICK_CHANGES + 1  # in slices, not in one piece
+    assert all(a < b for a, b in itertools.pairwise(applying))  # the loop free between them
+
+
+async def test_a_drain_of_many_trigger_writes_takes_their_acks_with_the_loop_free_between(
+    h: Node,
+) -> None:
+    """A drain's rounds can take thousands of owner stamps and markers; their
+    acknowledgements (each may parse its record again) are taken `ACK_SLICE` at a time,
+    and other tasks have their turn between the slices."""
+    count = 2 * ACK_SLICE + 10
+    await h.user.upsert(h.triggers, [Upsert(id=f"t{n:03d}", fields=cron()) for n in range(count)])
+    await h.tick()  # every record claimed: the owner stamps wait in the outbox
+    turns = 0
+
+    async def other() -> None:  # counts its turns on the loop
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    at_ack: list[int] = []
+    acked = h.daemon.records.acked
+
+    def counted(rid: str, version: int | None) -> None:
+        at_ack.append(turns)
+        acked(rid, version)
+
+    h.daemon.records.acked = counted  # type: ignore[method-assign]
+    task = asyncio.create_task(other())
+    try:
+        result = await h.daemon.drain_outbox()
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert result is not None and result.sent >= count and len(at_ack) >= count
+    slices = [at_ack[n] for n in range(0, len(at_ack), ACK_SLICE)]
+    assert len(slices) >= 3 and all(a < b for a, b in itertools.pairwise(slices))
+
+
+async def test_many_claims_come_back_and_are_confirmed_a_slice_per_tick(
+    h: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """However many claims come back at once, a tick reconciles a bounded number of ids
+    (`CONFIRM_SLICE` of what changed, as many waiting claims, and a spread's slice),
+    and the next tick follows at once."""
+    monkeypatch.setattr(apply, "CONFIRM_SLICE", 5)
+    monkeypatch.setattr(apply, "SPREAD_SLICE", 10)
+    await h.user.upsert(h.triggers, [Upsert(id=f"t{n:02d}", fields=cron()) for n in range(40)])
+    sizes: list[int] = []
+    reconcile = h.daemon.apply.reconcile
+
+    def counted(ids: Any, now: float, verdict: str, peer_id: str) -> None:
+        sizes.append(len(ids))
+        reconcile(ids, now, verdict, peer_id)
+
+    h.daemon.apply.reconcile = counted  # type: ignore[method-assign]
+    await h.tick()  # every record claimed, over the ticks: the stamps wait in the outbox
+    while h.daemon.apply.spreading:
+        await h.tick()
+    assert len(h.daemon.apply.unconfirmed) >= 40
+    await h.daemon.drain_outbox()  # every stamp back at once
+    h.clock.advance(5)  # past the confirmation time
+    await h.tick()
+    assert h.daemon.apply.spreading  # more claims ready than a tick takes
+    while h.daemon.apply.spreading:  # as the tick loop does, at once
+        await h.tick()
+    assert not h.daemon.apply.unconfirmed
+    assert all(e.confirmed for e in h.daemon.registry.entries.values() if e.id.startswith("t"))
+    assert sizes and max(sizes) <= 5 + 5 + 10

@@ -1,6 +1,6 @@
-"""A burst of feed changes is applied in slices of `TICK_CHANGES`, in the order read, so a
-tick never holds the event loop (and the timer) for the whole burst; a full read is
-applied whole, and as a safety net it comes less often for a large record set."""
+"""A burst of feed changes, or a full read of many changed records, is applied in slices of
+`TICK_CHANGES`, in the order read, so a tick never holds the event loop (and the timer) for
+the whole burst; as a safety net a full read comes less often for a large record set."""
 
 from __future__ import annotations
 
@@ -8,7 +8,14 @@ from anyrtd.client import Change, ChangePage, ServerClient
 from anyrtd.metrics import Stats
 from anyrtd.model import TriggerDef
 from anyrtd.records import RecordCache
-from anyrtd.sync import FIRST_FULL_AFTER_S, RESYNC_S_PER_RECORD, Sync
+from anyrtd.sync import (
+    FIRST_FULL_AFTER_S,
+    RESYNC_S_PER_RECORD,
+    TICK_CHANGES,
+    TICK_SCAN,
+    Sync,
+    _FullRead,
+)
 from anyrtd.unit import Unit
 
 
@@ -40,15 +47,44 @@ def test_a_burst_of_changes_is_applied_a_slice_per_tick_in_the_order_read() -> N
     assert isinstance(defn, TriggerDef) and defn.name == "renamed"
 
 
-def test_a_full_read_is_applied_whole_with_the_changes_before_it() -> None:
-    sync, _ = stage()
+def full_read(sync: Sync, records: list[dict[str, object]]) -> None:
+    sync._buffer.append(_FullRead.of(records))  # as `full_read` buffers
+
+
+def test_a_full_read_is_applied_a_slice_per_tick_after_the_changes_before_it() -> None:
+    sync, records = stage()
+    records.put({"id": "gone", "_v": 1, **fields()})
     sync.buffer(change(1, "early"))
-    sync._buffer.append([fields(id=f"r{n}") for n in range(300)])  # as `full_read` buffers
+    full_read(sync, [{"id": f"r{n:03d}", "_v": 1, **fields()} for n in range(250)])
     sync.buffer(change(2, "late"))
-    touched = sync.apply_buffered(1)
-    assert "early" in touched and len([t for t in touched if t.startswith("r")]) == 300
-    assert sync.pending  # the change after the full read waits for the next slice
-    assert sync.apply_buffered(1) == {"late"}
+    assert sync.apply_buffered(100) == {"early"} | {f"r{n:03d}" for n in range(99)}
+    assert sync.apply_buffered(100) == {f"r{n:03d}" for n in range(99, 199)}
+    assert "gone" in records  # evicted only once the read is applied to its end
+    last = {f"r{n:03d}" for n in range(199, 250)} | {"gone", "early", "late"}
+    assert sync.apply_buffered(100) == last  # what the read did not show is evicted
+    assert "gone" not in records and "early" not in records
+    assert not sync.pending and len(records) == 251
+
+
+def test_unchanged_records_of_a_full_read_cost_a_slice_only_every_tick_scan_records() -> None:
+    sync, records = stage()
+    read = [{"id": f"r{n:05d}", "_v": 1, **fields()} for n in range(TICK_SCAN + 10)]
+    for record in read:
+        records.put(record)
+    full_read(sync, [*read, {"id": "new", "_v": 1, **fields()}])
+    assert sync.apply_buffered(TICK_CHANGES) == set() and sync.pending
+    assert sync.apply_buffered(TICK_CHANGES) == {"new"} and not sync.pending
+
+
+def test_a_newer_full_read_supersedes_one_not_applied_to_its_end() -> None:
+    sync, records = stage()
+    records.put({"id": "old", "_v": 1, **fields()})
+    full_read(sync, [{"id": f"r{n:03d}", "_v": 1, **fields()} for n in range(150)])
+    sync.apply_buffered(100)
+    sync._buffer = [i for i in sync._buffer if not isinstance(i, _FullRead)]  # as `full_read`
+    full_read(sync, [{"id": "r000", "_v": 2, **fields(name="again")}])
+    assert sync.apply_buffered(None) == {"old"} | {f"r{n:03d}" for n in range(100)}
+    assert set(records.ids()) == {"r000"} and not sync.pending
 
 
 def following(cursor: int) -> tuple[Sync, Unit]:
