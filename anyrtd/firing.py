@@ -191,6 +191,10 @@ class Firing:
         """How long the last commit of a fire's preparation took."""
         self.journal: StartJournal | None = None
         """Beside the mirror, once it is open (`open_journal`)."""
+        self._note_at_start: dict[str, tuple[Entry, float]] = {}
+        """The runs of a batch noted before their program began (a command spawns in its
+        run's task, after the batch's note), by run id, with their entry and due time: each
+        is noted at its own start (`_started`), or at its end if it never started."""
 
     async def settle(self, grace_s: float, hurry: asyncio.Event) -> set[asyncio.Task[Any]]:
         """Wait up to `grace_s` for the runs in flight, or until `hurry` is set; return the
@@ -521,10 +525,18 @@ class Firing:
         """Note in the step's unit of work the runs of a prepared batch that `started`
         (`lifecycle.note`), skip those that did not run (`lifecycle.skip`: missed, the
         previous run still running, or this device pruned meanwhile) and delete the rows of
-        those whose entry was evicted meanwhile (`gone`), all by trigger id."""
+        those whose entry was evicted meanwhile (`gone`), all by trigger id. A run whose
+        program has not begun yet (a command, spawned in its run's task after this) is noted
+        when it begins (`_started`), or when it ends if it never does: until then nothing
+        durable says it started, so a kill meanwhile finds it prepared and its `once` not
+        consumed."""
         entries, launches, due = batch.entries, batch.launches, batch.due
         for tid in started:
-            lifecycle.note(self.unit, entries[tid], launches[tid].row, due)
+            row = launches[tid].row
+            if row.state == RunState.PREPARED:  # not begun yet: noted when it begins
+                self._note_at_start[row.run_id] = (entries[tid], due)
+            else:
+                lifecycle.note(self.unit, entries[tid], row, due)
         for tid in skipped:
             lifecycle.skip(self.unit, entries[tid], launches[tid].row)
         for tid in gone:
@@ -584,6 +596,8 @@ class Firing:
             outcome = await ended
         finally:
             self.registry.ended(trigger_id)
+        if (late := self._note_at_start.pop(row.run_id, None)) is not None:
+            lifecycle.note(self.unit, late[0], row, late[1])  # it never began: noted now
         self.record_outcome(row, outcome, entry=self.registry.get(trigger_id))
         unrecorded = ""
         try:
@@ -606,7 +620,8 @@ class Firing:
     def _started(self, row: RunRow, journal: StartJournal | None, at: float) -> None:
         """Note the moment a run's program really starts (the runner calls it just before
         the in-process call, or the command's spawn): for a prepared run its id in the start
-        journal, then its `startedAt` and its fire lag. Written one by one: an id in the
+        journal, then its `startedAt`, its note when its batch was noted before it began (a
+        command spawns in its run's task: `note_started`), and its fire lag. Written one by one: an id in the
         journal is taken for a run that may have started, so none is written before its
         own start (a batch's ids written at once lost the `once`s of the programs not yet
         started when a kill came)."""
@@ -621,6 +636,8 @@ class Firing:
                     extra={"trigger": row.trigger_id, "run": row.run_id},
                 )
         lifecycle.started(row, at)
+        if (late := self._note_at_start.pop(row.run_id, None)) is not None:
+            lifecycle.note(self.unit, late[0], row, late[1])
         if row.scheduled_at is not None:
             self.stats.fire_lag.observe(max(0.0, at - row.scheduled_at))
 

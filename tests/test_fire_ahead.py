@@ -593,3 +593,41 @@ async def test_a_batch_due_within_the_last_stretch_starts_at_its_due_time_never_
             await timer.step()
     assert started == []
     timer.prepared.clear()
+
+
+@pytest.mark.parametrize("begins", [True, False], ids=["then-begins", "never-begins"])
+async def test_a_run_whose_program_begins_after_the_batch_is_noted_is_noted_when_it_begins(
+    stage: Stage, monkeypatch: pytest.MonkeyPatch, begins: bool
+) -> None:
+    """A command is spawned in its run's own task, after the batch's note: until its program
+    begins, nothing says it started (a kill then must find it prepared and never begun, its
+    `once` not consumed); it is noted when it begins, or, if it never does (cannot be
+    spawned), when it ends, so that its `once` is not fired again."""
+    journal = await stage.open_journal()
+    stage.adopt(ONCE)
+    await stage.prepare_ahead()
+    spawn = asyncio.Event()
+
+    def go(launch: Any) -> Coroutine[Any, Any, RunOutcome]:
+        async def command() -> RunOutcome:
+            await spawn.wait()  # the spawn comes in the run's task, later
+            if begins:
+                launch.on_start(AT + 0.01)
+            return RunOutcome(RunStatus.OK if begins else RunStatus.FAILED, None, None, AT, AT, 0)
+
+        return command()
+
+    monkeypatch.setattr(stage.runner, "go", go)
+    stage.clock.set(AT)
+    [run_id] = await stage.timer.fire_now(AT)
+    await stage.timer.wait_noted()
+    assert stage.sql(f"SELECT state FROM runs WHERE run_id = '{run_id}'") == [(RunState.PREPARED,)]
+    assert stage.sql("SELECT consumed FROM entries WHERE trigger_id = 'shot'") == [(0,)]
+    assert stage.outbox() == [] and journal.read() == set()
+    spawn.set()
+    await stage.firing.wait_idle()
+    await stage.unit.commit(stage.clock.now())
+    assert stage.sql(f"SELECT state FROM runs WHERE run_id = '{run_id}'") == [(RunState.ENDED,)]
+    assert stage.sql("SELECT consumed FROM entries WHERE trigger_id = 'shot'") == [(1,)]
+    assert ("shot", {"enabled": False, "lastRunAt": AT}) in stage.outbox()
+    assert journal.read() == ({run_id} if begins else set())
