@@ -621,10 +621,10 @@ class Firing:
         """Note the moment a run's program really starts (the runner calls it just before
         the in-process call, or the command's spawn): for a prepared run its id in the start
         journal, then its `startedAt`, its note when its batch was noted before it began (a
-        command spawns in its run's task: `note_started`), and its fire lag. Written one by one: an id in the
-        journal is taken for a run that may have started, so none is written before its
-        own start (a batch's ids written at once lost the `once`s of the programs not yet
-        started when a kill came)."""
+        command spawns in its run's task: `note_started`), and its fire lag. Written one by
+        one: an id in the journal is taken for a run that may have started, so none is
+        written before its own start (a batch's ids written at once lost the `once`s of the
+        programs not yet started when a kill came)."""
         if journal is not None:
             try:
                 journal.note(row.run_id)
