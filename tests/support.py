@@ -262,3 +262,26 @@ class ReadyByStart:
         return self.start(
             launch.row, launch.args, on_start=launch.on_start, on_spawn=launch.on_spawn
         )
+
+
+class Turns:
+    """A task that counts its turns on the event loop while it runs (`async with`): `n`
+    read inside a piece of work says whether other tasks ran since it was read last."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self._task: asyncio.Task[None] | None = None
+
+    async def _count(self) -> None:
+        while True:
+            self.n += 1
+            await asyncio.sleep(0)
+
+    async def __aenter__(self) -> Turns:
+        self._task = asyncio.create_task(self._count())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)

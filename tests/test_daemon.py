@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from fleet import T0, Node
-from support import AGENT_RUNS_FIELDS, async_wait_until
+from support import AGENT_RUNS_FIELDS, Turns, async_wait_until
 
 from anyrtd import apply
 from anyrtd.client import ServerError, Upsert
@@ -427,32 +427,25 @@ async def test_a_full_read_of_many_changed_records_leaves_the_loop_free_between_
     daemon = h.daemon
     daemon.sync_stage._last_full = None  # as at a start without a cursor: every record
     assert await daemon.sync() == 1  # the full read, buffered
-    turns = 0
-
-    async def other() -> None:  # counts its turns on the loop
-        nonlocal turns
-        while True:
-            turns += 1
-            await asyncio.sleep(0)
-
     slices: list[tuple[int, int]] = []  # the other task's turns, and the entries, at each slice
     apply_buffered = daemon.sync_stage.apply_buffered
+    async with Turns() as turns:
 
-    def counted(changes: int | None = None) -> set[str]:
-        slices.append((turns, len(daemon.registry)))
-        return apply_buffered(changes)
+        def counted(changes: int | None = None) -> set[str]:
+            slices.append((turns.n, len(daemon.registry)))
+            return apply_buffered(changes)
 
-    daemon.sync_stage.apply_buffered = counted  # type: ignore[method-assign]
-    daemon._wake.set()
-    tasks = [asyncio.create_task(other()), asyncio.create_task(daemon._loop(daemon._tick_loop))]
-    try:
-        await async_wait_until(
-            lambda: asyncio.sleep(0, len(daemon.registry) >= count), what="every record adopted"
-        )
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        daemon.sync_stage.apply_buffered = counted  # type: ignore[method-assign]
+        daemon._wake.set()
+        ticking = asyncio.create_task(daemon._loop(daemon._tick_loop))
+        try:
+            await async_wait_until(
+                lambda: asyncio.sleep(0, len(daemon.registry) >= count),
+                what="every record adopted",
+            )
+        finally:
+            ticking.cancel()
+            await asyncio.gather(ticking, return_exceptions=True)
     applying = [turn for turn, entries in slices if entries < count]
     assert len(applying) >= count // TICK_CHANGES + 1  # in slices, not in one piece
     assert all(a < b for a, b in itertools.pairwise(applying))  # the loop free between them
@@ -467,28 +460,16 @@ async def test_a_drain_of_many_trigger_writes_takes_their_acks_with_the_loop_fre
     count = 2 * ACK_SLICE + 10
     await h.user.upsert(h.triggers, [Upsert(id=f"t{n:03d}", fields=cron()) for n in range(count)])
     await h.tick()  # every record claimed: the owner stamps wait in the outbox
-    turns = 0
-
-    async def other() -> None:  # counts its turns on the loop
-        nonlocal turns
-        while True:
-            turns += 1
-            await asyncio.sleep(0)
-
     at_ack: list[int] = []
     acked = h.daemon.records.acked
+    async with Turns() as turns:
 
-    def counted(rid: str, version: int | None) -> None:
-        at_ack.append(turns)
-        acked(rid, version)
+        def counted(rid: str, version: int | None) -> None:
+            at_ack.append(turns.n)
+            acked(rid, version)
 
-    h.daemon.records.acked = counted  # type: ignore[method-assign]
-    task = asyncio.create_task(other())
-    try:
+        h.daemon.records.acked = counted  # type: ignore[method-assign]
         result = await h.daemon.drain_outbox()
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
     assert result is not None and result.sent >= count and len(at_ack) >= count
     slices = [at_ack[n] for n in range(0, len(at_ack), ACK_SLICE)]
     assert len(slices) >= 3 and all(a < b for a, b in itertools.pairwise(slices))
