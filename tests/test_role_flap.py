@@ -28,9 +28,11 @@ CONFIG = (
 )
 FLAP_EVERY_S = 0.3
 MOVES = 12
-SETTLED_WITHIN_S = 15.0
-"""A few ticks, a poll, the outbox's window and the replication delay, with room for a
-loaded machine; the bug this guards against waited `takeover_hold_s` (60 s)."""
+SETTLED_WITHIN_S = 30.0
+"""A few ticks, a poll, the outbox's window and the replication delay, with room for the
+full suite's four workers on two cores (15 s was missed there once in three runs, while
+the test alone takes 18-20 s in all); half of `takeover_hold_s` (60 s), which the bug
+this guards against waited."""
 
 
 @pytest.fixture
