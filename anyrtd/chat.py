@@ -30,12 +30,11 @@ from anyrtd.port import Port
 from anyrtd.program import ProgramContext
 from anyrtd.programs.chat import AGENT_BUNDLE, GENERAL_CHAT_SEED
 from anyrtd.rows import RunRow
-from anyrtd.vocab import is_unassigned
+from anyrtd.vocab import CHAT_WATCH_PROGRAM, is_unassigned
 
 log = logging.getLogger("anyrtd.chat")
 
 CHAT_WATCH_ID = "chat-watch"
-CHAT_WATCH_PROGRAM = "internal:chat-watch"
 CHAT_WATCH_ONLY = (
     f"{CHAT_WATCH_PROGRAM} runs only as the chat-watch record, on a new message in the chat "
     "it watches: post one there to run it"
@@ -478,7 +477,6 @@ __all__ = [
     "BACKLOG_WINDOW_S",
     "CHAT_WATCH_ID",
     "CHAT_WATCH_ONLY",
-    "CHAT_WATCH_PROGRAM",
     "RESPONDER_GROUP",
     "ChatWatch",
     "Responder",

@@ -5,16 +5,16 @@ control. Two rules keep an unassigned `once` to one run (docs/election.md, "Exac
 across replicas"):
 
 - **The takeover hold.** A device that gains the active role claims nothing until the
-  stand-down beat (the `handoff` field, written on the chat-watch record after a device's
-  last claim) of every other device whose row claimed the role before has reached its own
-  replica, or a beat that covers that claim: from then on every claim those devices made
-  is visible here, and a record they claimed is no longer unassigned. Each device writes
-  its beat as soon as it sees it no longer holds the role, whether or not its own hold
-  was over (the beat vouches for its own claims; `covers` says up to which term it
-  vouches for everyone's), so a role that moved faster than the poll settles within a
-  poll and the replication lag. A device that is gone cannot write one: the hold then
-  lasts twice the replication lag measured on the change feed. `takeover_hold_s` bounds
-  the hold.
+  stand-down beat (the device's own `handoff:<peer id>` field, written on the chat-watch
+  record after its last claim) of every other device whose row claimed the role before
+  has reached its own replica, or a beat that covers that claim: from then on every
+  claim those devices made is visible here, and a record they claimed is no longer
+  unassigned. Each device writes its beat as soon as it sees it no longer holds the
+  role, whether or not its own hold was over (the beat vouches for its own claims;
+  `covers` says up to which term it vouches for everyone's), so a role that moved faster
+  than the poll settles within a poll and the replication lag. A device that is gone
+  cannot write one: the hold then lasts twice the replication lag measured on the change
+  feed. `takeover_hold_s` bounds the hold.
 - **The fencing token.** A claim writes, with `owner`, the field `claim` =
   `{"seq", "peer", "at"}`: the claimant's election `seq` (its row's claim on the role).
   When two claims on one record meet, the lower `(seq, peer)` stands on every device:
@@ -35,18 +35,24 @@ from __future__ import annotations
 import logging
 import sys
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from anyrtd.config import Config
+from anyrtd.vocab import CHAT_WATCH_PROGRAM
 
 log = logging.getLogger("anyrtd.claims")
 
 CLAIM_FIELD = "claim"
 """The runtime-owned field a claim writes beside `owner`: `{"seq", "peer", "at"}`."""
 HANDOFF_FIELD = "handoff"
-"""The runtime-owned field of the stand-down beat, on the chat-watch record."""
+"""The runtime-owned field of the stand-down beat, on the chat-watch record: each device
+writes its own, `handoff:<peer id>` (`handoff_field`). The server merges a record's
+top-level fields last writer wins, so one field shared by every device let an older beat
+sent later overwrite a newer one of another device, and the successor waiting for the
+newer one held its claims for `takeover_hold_s`. A plain `handoff` (written by an earlier
+anyrtd) is still read."""
 COVERS = "covers"
 """The key of a beat that says up to which term it vouches for every device's claims."""
 DEFAULT_HOLD_S = 60.0
@@ -146,6 +152,27 @@ def outranks(mine: Token | None, other: Token | None) -> bool:
     return mine is not None and other is not None and mine < other
 
 
+def handoff_field(peer: str) -> str:
+    """Return the name of the field that holds `peer`'s stand-down beat."""
+    return f"{HANDOFF_FIELD}:{peer}"
+
+
+def beats_of(record: Mapping[str, Any]) -> Iterator[tuple[Token, Any]]:
+    """Yield each stand-down beat the record carries, with its value: the chat-watch
+    record's `handoff:<peer id>` fields whose beat is that device's, and a plain `handoff`.
+    Any other record carries none (and costs one lookup)."""
+    if record.get("program") != CHAT_WATCH_PROGRAM:
+        return
+    for key, value in record.items():
+        if not key.startswith(HANDOFF_FIELD):
+            continue
+        token = read_token(value)
+        if token is None:
+            continue
+        if key == HANDOFF_FIELD or key == handoff_field(token.peer):
+            yield token, value
+
+
 def _field(token: Token, now: float) -> dict[str, Any]:
     return {"seq": token.seq, "peer": token.peer, "at": now}
 
@@ -199,8 +226,6 @@ class Fence:
         """The highest seq the registry has shown this device."""
         self.stale: Token | None = None
         """A token above any seq the registry has shown, seen on a record: the role moved."""
-        self.handoff: Token | None = None
-        """The highest stand-down beat seen on this replica."""
         self.beats: dict[str, int] = {}
         """The highest beat's seq of each device seen on this replica: every claim that
         device made up to that term is visible here."""
@@ -242,27 +267,28 @@ class Fence:
                         self.top,
                     )
                 self.stale = token
-        value = record.get(HANDOFF_FIELD)
-        beat = read_token(value)
-        if beat is not None:
-            if self.handoff is None or beat > self.handoff:
-                self.handoff = beat
+        for beat, value in beats_of(record):
             self.beats[beat.peer] = max(self.beats.get(beat.peer, 0), beat.seq)
             self.covered = max(self.covered, beat_covers(value, beat))
 
     def sample_lag(self, records: Iterable[Mapping[str, Any]], me: str | None, now: float) -> None:
         """Measure the replication lag from the stamps other devices wrote, as they arrive."""
         for record in records:
-            rid = str(record.get("id", ""))
-            for key, known in ((CLAIM_FIELD, self.seen.get(rid)), (HANDOFF_FIELD, self.handoff)):
-                value = record.get(key)
-                token = read_token(value)
-                at = value.get("at") if isinstance(value, Mapping) else None
-                if token is None or token.peer == me or not isinstance(at, int | float):
-                    continue
-                if known is not None and token <= known:
-                    continue  # written before: this change is about another field
-                self.lags.append(max(0.0, now - float(at)))
+            value = record.get(CLAIM_FIELD)
+            token = read_token(value)
+            known = self.seen.get(str(record.get("id", "")))
+            if token is not None and (known is None or token > known):
+                self._sample(token, value, me, now)
+            for beat, value in beats_of(record):
+                if beat.seq > self.beats.get(beat.peer, 0):
+                    self._sample(beat, value, me, now)
+
+    def _sample(self, token: Token, value: Any, me: str | None, now: float) -> None:
+        """Take the lag of a stamp written by another device that is new here (an older
+        one is in the change because another field changed)."""
+        at = value.get("at")
+        if token.peer != me and isinstance(at, int | float) and not isinstance(at, bool):
+            self.lags.append(max(0.0, now - float(at)))
 
     def lag(self) -> float | None:
         """Return the highest replication lag among the recent samples, or None without any."""
@@ -468,10 +494,9 @@ class Fence:
         self._owed, self._beaten = None, token
         if self.accounted(token, beats_only=True):
             return None
-        if self.handoff is None or token > self.handoff:
-            self.handoff = token
         self.beats[token.peer] = max(self.beats.get(token.peer, 0), token.seq)
-        return {HANDOFF_FIELD: {**_field(token, now), COVERS: max(self.covered, self.vouch)}}
+        beat = {**_field(token, now), COVERS: max(self.covered, self.vouch)}
+        return {handoff_field(token.peer): beat}
 
 
 __all__ = [
@@ -484,7 +509,9 @@ __all__ = [
     "Term",
     "Token",
     "beat_covers",
+    "beats_of",
     "claim_token",
+    "handoff_field",
     "outranks",
     "read_token",
     "term_of",

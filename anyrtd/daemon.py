@@ -18,7 +18,7 @@ from typing import Any
 
 from anyrtd import standing
 from anyrtd.apply import SPREAD_STALL_S, Apply
-from anyrtd.chat import CHAT_WATCH_ONLY, CHAT_WATCH_PROGRAM, ChatWatch
+from anyrtd.chat import CHAT_WATCH_ONLY, ChatWatch
 from anyrtd.claims import Fence
 from anyrtd.client import ServerClient, ServerError, ServerUnavailable, Upsert
 from anyrtd.clock import Clock, SystemClock
@@ -40,7 +40,7 @@ from anyrtd.runner import Runner
 from anyrtd.sync import TICK_CHANGES, Sync
 from anyrtd.timer import CLEAR_STALL_S, Ahead, Timer
 from anyrtd.unit import CommitFailed, Unit, is_disk_full
-from anyrtd.vocab import Verdict
+from anyrtd.vocab import CHAT_WATCH_PROGRAM, Verdict
 
 log = logging.getLogger("anyrtd.daemon")
 

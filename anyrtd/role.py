@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 from anyrtd import standing
 from anyrtd.apply import Apply
-from anyrtd.chat import CHAT_WATCH_PROGRAM, ChatWatch, current_generation, ensure_chat_watch
+from anyrtd.chat import ChatWatch, current_generation, ensure_chat_watch
 from anyrtd.claims import Fence
 from anyrtd.client import Change, Dataset, Pace, ServerClient, ServerError, ServerUnavailable
 from anyrtd.clock import Clock
@@ -30,7 +30,7 @@ from anyrtd.registry import Registry
 from anyrtd.runner import Runner
 from anyrtd.sync import FEED_HEAD, Sync
 from anyrtd.unit import Unit
-from anyrtd.vocab import Kind, Verdict
+from anyrtd.vocab import CHAT_WATCH_PROGRAM, Kind, Verdict
 
 log = logging.getLogger("anyrtd.role")
 

@@ -197,6 +197,10 @@ SOURCE_HEADER = "X-Anyrtd-Source"
 """The control API's header that says where a list of runs was read (a `HistorySource`)."""
 
 
+CHAT_WATCH_PROGRAM = "internal:chat-watch"
+"""The program of the chat-watch record, the one that answers the chat (and carries the
+stand-down beats of docs/election.md)."""
+
 STAMP_PREFIX = "anyrt-"
 _STAMP = re.compile(r"anyrt-[0-9]+", re.ASCII)
 

@@ -7,9 +7,10 @@ import asyncio
 from fleet import Fleet
 from support import async_wait_until
 
-from anyrtd.chat import CHAT_WATCH_PROGRAM, ChatWatch, ResponderContext
+from anyrtd.chat import ChatWatch, ResponderContext
 from anyrtd.client import Dataset, ServerClient
 from anyrtd.events import ChatMessage
+from anyrtd.vocab import CHAT_WATCH_PROGRAM
 
 
 async def hold(fleet: Fleet) -> None:

@@ -20,6 +20,7 @@ from control_support import ServeProcess
 from support import wait_until
 
 from anyrtd.chat import current_generation, generation_of
+from anyrtd.claims import handoff_field
 from anyrtd.client import Dataset, ServerClient, Upsert
 from anyrtd.places import resolve_places
 from anyrtd.programs.chat import AGENT_BUNDLE, GENERAL_CHAT_SEED
@@ -202,7 +203,7 @@ def test_a_generation_seeded_after_boot_is_claimed_answered_from_and_released(
     # Nothing was written to the deleted record, so nothing was set aside or refused.
     wait_until(lambda: "stood down" in one.log.read_text(), timeout=10, what="the stand-down")
     record_g2 = record(server.url, "chat-watch-g2")
-    assert record_g2 is not None and record_g2.get("handoff", {}).get("peer") == first
+    assert record_g2 is not None and record_g2.get(handoff_field(first), {}).get("peer") == first
     for proc in (one, two):
         log = proc.log.read_text()
         assert "set aside" not in log and " ERROR " not in log, log

@@ -14,12 +14,14 @@ from anyrtd.claims import (
     Term,
     Token,
     claim_token,
+    handoff_field,
     outranks,
     read_token,
     term_of,
 )
 from anyrtd.model import TriggerDef, parse_record
 from anyrtd.reconcile import Adopt, Context, EntryView, Evict, reconcile
+from anyrtd.vocab import CHAT_WATCH_PROGRAM
 
 A, B, C = "12D3KooWA", "12D3KooWB", "12D3KooWC"
 NOW = 1_800_000_000.0
@@ -140,8 +142,11 @@ def term(winner: Token | None, previous: Token | None = None, **kw: Any) -> Term
     return Term(winner, previous, **values)
 
 
+CHAT_WATCH = {"id": "chat-watch", "program": CHAT_WATCH_PROGRAM, "owner": ""}
+
+
 def beat(token: Token, at: float = NOW) -> dict[str, Any]:
-    return {"id": "chat-watch", "owner": "", HANDOFF_FIELD: {**token._asdict(), "at": at}}
+    return CHAT_WATCH | {handoff_field(token.peer): {**token._asdict(), "at": at}}
 
 
 def test_a_first_holder_claims_at_once() -> None:
@@ -339,7 +344,7 @@ def test_a_holder_that_stands_down_owes_one_beat_for_its_term() -> None:
     fence.follow(True, term(Token(1, A)), NOW)
     assert fence.handoff_due(NOW) is None  # active: nothing owed yet
     fence.follow(False, term(Token(2, B), Token(1, A), mine=Token(1, A)), NOW + 1)
-    due = {HANDOFF_FIELD: {"seq": 1, "peer": A, "at": NOW + 1, "covers": 1}}
+    due = {handoff_field(A): {"seq": 1, "peer": A, "at": NOW + 1, "covers": 1}}
     assert fence.handoff_due(NOW + 1) == due
     fence.follow(False, term(Token(2, B), Token(1, A), mine=Token(1, A)), NOW + 2)
     assert fence.handoff_due(NOW + 2) is None
@@ -351,7 +356,7 @@ def test_a_holder_still_on_hold_beats_at_once_for_its_own_claims_only() -> None:
     moved = term(Token(3, C), Token(2, B), mine=Token(2, B))
     fence.follow(False, moved, NOW + 1)
     # A's claims may not have reached here yet: the beat covers no term beyond B's own.
-    due = {HANDOFF_FIELD: {"seq": 2, "peer": B, "at": NOW + 1, "covers": 0}}
+    due = {handoff_field(B): {"seq": 2, "peer": B, "at": NOW + 1, "covers": 0}}
     assert fence.handoff_due(NOW + 1) == due
     assert fence.waiting is None  # standing by: no hold left to wait out
 
@@ -362,7 +367,7 @@ def test_a_beat_vouches_for_every_term_its_device_saw_covered() -> None:
     fence.note(beat(Token(1, A)))
     fence.follow(True, term(Token(2, B), Token(1, A)), NOW + 1)  # the hold is over
     fence.follow(False, term(Token(3, C), Token(2, B), mine=Token(2, B)), NOW + 2)
-    due = {HANDOFF_FIELD: {"seq": 2, "peer": B, "at": NOW + 2, "covers": 2}}
+    due = {handoff_field(B): {"seq": 2, "peer": B, "at": NOW + 2, "covers": 2}}
     assert fence.handoff_due(NOW + 2) == due
 
 
@@ -370,7 +375,7 @@ def test_the_hold_waits_for_every_earlier_holder_not_covered() -> None:
     fence = Fence(hold_max_s=60, tick_s=1)
     earlier = ((Token(1, A), True), (Token(2, B), True))
     fence.follow(True, term(Token(3, C), Token(2, B), others=earlier), NOW)
-    fence.note(beat(Token(2, B)) | {HANDOFF_FIELD: {"seq": 2, "peer": B, "at": NOW, "covers": 0}})
+    fence.note(CHAT_WATCH | {handoff_field(B): {"seq": 2, "peer": B, "at": NOW, "covers": 0}})
     fence.follow(True, term(Token(3, C), Token(2, B), others=earlier), NOW + 1)
     assert not fence.may_claim(NOW + 1)  # B vouches for its own claims, not for A's
     assert fence.waiting == Token(1, A)
@@ -391,9 +396,70 @@ def test_two_devices_on_hold_from_a_fast_flap_release_each_other_with_their_beat
     b.follow(False, term(Token(5, A), Token(4, B), mine=Token(4, B)), NOW + 3)
     sent = b.handoff_due(NOW + 3)
     assert sent is not None
-    a.note({"id": "chat-watch", "owner": A, **sent})
+    a.note(CHAT_WATCH | {"owner": A, **sent})
     assert a.follow(True, term(Token(5, A), Token(4, B)), NOW + 4) is True
     assert a.may_claim(NOW + 4)
+
+
+def test_beats_of_two_devices_sent_in_any_order_both_stand() -> None:
+    # The role went A (11) -> B (12) -> A (13): B stood down at once and beat for 12, while
+    # A's beat for 11 was still on its way. The server merges a record's top-level fields
+    # last writer wins: in one shared field A's older beat, arriving later, erased B's, and
+    # A held its claims for takeover_hold_s waiting for it.
+    a, b = Fence(hold_max_s=60, tick_s=1), Fence(hold_max_s=60, tick_s=1)
+    a.follow(False, term(Token(12, B), Token(11, A), mine=Token(11, A)), NOW)
+    b.follow(False, term(Token(13, A), Token(12, B), mine=Token(12, B)), NOW + 1)
+    sent_a, sent_b = a.handoff_due(NOW), b.handoff_due(NOW + 1)
+    assert sent_a is not None and sent_b is not None
+    assert sent_a.keys().isdisjoint(sent_b.keys())
+    for first, last in ((sent_a, sent_b), (sent_b, sent_a)):
+        merged = CHAT_WATCH | first | last  # upsert merges the top-level fields sent
+        seen = Fence(hold_max_s=60, tick_s=1)
+        earlier = ((Token(11, A), True), (Token(12, B), True))
+        seen.follow(True, term(Token(13, A), Token(12, B), others=earlier), NOW + 2)
+        seen.note(merged)
+        assert seen.follow(True, term(Token(13, A), Token(12, B), others=earlier), NOW + 3)
+        assert seen.may_claim(NOW + 3)
+
+
+@pytest.mark.parametrize(
+    ("record", "beats"),
+    [
+        pytest.param(beat(Token(4, A)), {A: 4}, id="a device's own field"),
+        pytest.param(
+            CHAT_WATCH | {HANDOFF_FIELD: {"seq": 4, "peer": A, "at": NOW}},
+            {A: 4},
+            id="the plain field an earlier anyrtd wrote",
+        ),
+        pytest.param(
+            CHAT_WATCH | {handoff_field(B): {"seq": 4, "peer": A, "at": NOW}},
+            {},
+            id="a beat in another device's field",
+        ),
+        pytest.param(
+            {"id": "t", "program": "p", handoff_field(A): {"seq": 4, "peer": A, "at": NOW}},
+            {},
+            id="a record that is not the chat-watch",
+        ),
+        pytest.param(
+            CHAT_WATCH | {handoff_field(A): {"seq": "4", "peer": A}, "handoffs": 3},
+            {},
+            id="malformed",
+        ),
+    ],
+)
+def test_the_beats_a_record_carries(record: dict[str, Any], beats: dict[str, int]) -> None:
+    fence = Fence()
+    fence.note(record)
+    assert fence.beats == beats
+
+
+def test_the_lag_is_sampled_from_another_devices_new_beat() -> None:
+    fence = Fence()
+    fence.note(beat(Token(1, A), at=NOW - 40))  # seen before: no sample when it shows again
+    fence.sample_lag([beat(Token(1, A), at=NOW - 40) | beat(Token(3, C), at=NOW - 2)], B, NOW)
+    fence.sample_lag([beat(Token(2, B), at=NOW - 7)], B, NOW)  # this device's own
+    assert list(fence.lags) == [2.0]
 
 
 def test_no_beat_over_a_later_one() -> None:
@@ -407,7 +473,7 @@ def test_a_device_that_never_held_its_claim_still_beats_for_it() -> None:
     fence = Fence(hold_max_s=60, tick_s=1)
     # A activated (seq 2) at the same moment as B (seq 3) and lost: its successor waits on 2.
     fence.follow(False, term(Token(3, B), Token(2, A), mine=Token(2, A)), NOW)
-    due = {HANDOFF_FIELD: {"seq": 2, "peer": A, "at": NOW, "covers": 0}}
+    due = {handoff_field(A): {"seq": 2, "peer": A, "at": NOW, "covers": 0}}
     assert fence.handoff_due(NOW) == due
 
 
