@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
 from anyrtd.claims import Fence
-from anyrtd.clock import Clock, SystemClock
+from anyrtd.clock import Clock, Slice, SystemClock
 from anyrtd.heap import gc_paused, keep_built
 from anyrtd.metrics import Stats
 from anyrtd.model import Malformed, TriggerDef, health_marker, stand_in
@@ -55,6 +55,11 @@ CONFIRM_SLICE = 500
 came back first, the others in turn. Chosen: 6,667 claims of broken records, reconciled
 every step, cost 55 ms a tick while their stamps were on their way and 0.3 s in one tick
 once they came back; 1,000 confirmed in a step, about 55 ms."""
+STEP_CHUNK = 100
+"""Ids a step reconciles between two looks at its slice of the loop's time
+(`clock.LOOP_SLICE_S`): a hundred ordinary ones take about 2.5 ms, a hundred records of
+megabytes far longer (the records fault family: 500 claims of broken records confirmed in
+one tick held a start for 0.36 s)."""
 SPREAD_STALL_S = 0.06
 """About the longest a tick with a slice holds the event loop: it waits for a start due
 sooner to pass (`Timer.clear_of`).
@@ -251,12 +256,20 @@ class Apply:
                 taken.add(rid)
         return taken
 
-    def step(self, ids: Iterable[str], now: float, verdict: str, peer_id: str) -> set[str]:
+    def step(
+        self,
+        ids: Iterable[str],
+        now: float,
+        verdict: str,
+        peer_id: str,
+        within: Slice | None = None,
+    ) -> set[str]:
         """Reconcile `ids` (what changed; past `CONFIRM_SLICE` of them, the rest joins the
         spread reconcile), the claims not confirmed yet (`_claims`) and the next slice of a
-        spread reconcile; return every id reconciled. The verdict is noted in the mirror
-        once a spread is done: the mirror then holds a whole reconcile under it
-        (`Daemon.open`)."""
+        spread reconcile, `STEP_CHUNK` ids at a time until `within` is over (what is left
+        joins the spread reconcile too); return every id reconciled. The verdict is noted
+        in the mirror once a spread is done: the mirror then holds a whole reconcile under
+        it (`Daemon.open`)."""
         ids = set(ids)
         if len(ids) > CONFIRM_SLICE:  # thousands of acknowledgements, say
             self._defer(ids)
@@ -268,8 +281,7 @@ class Apply:
             if rid in unsettled and rid not in ids:
                 ids.add(rid)
                 taken += 1
-        self.records.parse_many(ids)
-        self.reconcile(ids, now, verdict, peer_id)
+        ids = self._reconcile_within(ids, now, verdict, peer_id, within)
         if self._spread_verdict is not None and self._spread_size >= SPREAD_KEEP:
             keep_built()  # each slice's definitions: a full pass would walk them all again
         if not todo and self._spread_verdict is not None:
@@ -278,6 +290,28 @@ class Apply:
             self.records.compact()
             self.unit.meta({"verdict": self._spread_verdict})
             self._spread_verdict = None
+        return ids
+
+    def _reconcile_within(
+        self, ids: set[str], now: float, verdict: str, peer_id: str, within: Slice | None
+    ) -> set[str]:
+        """Reconcile `ids`, `STEP_CHUNK` at a time until `within` is over; the ids not
+        reached join the spread reconcile, reconciled in the next steps, or as they come
+        due. Return the ids reconciled."""
+        if within is None or len(ids) <= STEP_CHUNK:
+            self.records.parse_many(ids)
+            self.reconcile(ids, now, verdict, peer_id)
+            return ids
+        order = list(ids)
+        for at in range(0, len(order), STEP_CHUNK):
+            if at and within.over():
+                rest = order[at:]  # some may have left the spread's ids this step: put back
+                self.unsettled.update(rest)
+                self._todo.extend(rest)
+                return set(order[:at])
+            chunk = order[at : at + STEP_CHUNK]
+            self.records.parse_many(chunk)
+            self.reconcile(chunk, now, verdict, peer_id)
         return ids
 
     def settle_due(self, due: float) -> None:
@@ -464,4 +498,4 @@ def _share(row: EntryRow, defn: TriggerDef) -> None:
         row.fingerprint = defn.fingerprint
 
 
-__all__ = ["CONFIRM_SLICE", "SPREAD_SLICE", "SPREAD_STALL_S", "Apply"]
+__all__ = ["CONFIRM_SLICE", "SPREAD_SLICE", "SPREAD_STALL_S", "STEP_CHUNK", "Apply"]

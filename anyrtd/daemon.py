@@ -21,7 +21,7 @@ from anyrtd.apply import SPREAD_STALL_S, Apply
 from anyrtd.chat import CHAT_WATCH_ONLY, ChatWatch
 from anyrtd.claims import Fence
 from anyrtd.client import ServerClient, ServerError, ServerUnavailable, Upsert
-from anyrtd.clock import Clock, SystemClock
+from anyrtd.clock import Clock, Slice, SystemClock
 from anyrtd.config import Config
 from anyrtd.daemon_port import DaemonPort
 from anyrtd.election import AlwaysActive, Gate
@@ -347,7 +347,7 @@ class Daemon:
         """Apply what sync read, reconcile the registry on it, and persist what changed."""
         started = time.perf_counter()
         now = self.clock.now()
-        self._dirty |= self.sync_stage.apply_buffered(TICK_CHANGES)
+        self._dirty |= self.sync_stage.apply_buffered(TICK_CHANGES, Slice())
         verdict = self.gate.verdict
         if self.fence.follow(verdict == Verdict.ACTIVE, self.gate.term, now):
             self._reconciled_as = (None, None)  # claiming may start or resume: reconcile all
@@ -357,7 +357,7 @@ class Daemon:
         ids, self._dirty = self._dirty, set()
         if (peer := self.peer_id) is not None:
             self.role.follow_verdict(verdict, now, peer)
-            ids = self.apply.step(ids, now, verdict, peer)  # and a slice of every id
+            ids = self.apply.step(ids, now, verdict, peer, Slice())  # and a slice of all
             self.role.refresh_standing(ids, now, peer)
             self.role.hand_off(self.fence, now)
         await self.unit.commit_step(now)  # a full disk is waited out; a lock stalls the tick
@@ -411,19 +411,29 @@ class Daemon:
         async with self._drain_lock:
             return await self._drain()
 
+    async def give_way(self) -> None:
+        """Let a start due soon pass, then the event loop's other work take a turn (between
+        two slices of work that would hold the loop)."""
+        await self.timer.clear_of()
+        await asyncio.sleep(0)
+
     async def _drain(self) -> DrainResult | None:
         if (places := self.places) is None or self.db is None:
             return None
         datasets = {TRIGGERS: places.triggers, RUNS: places.runs}
         result = await drain(self.db, self.client, datasets.get, now=self.clock.now)
         writes = result.trigger_writes()  # a drain's rounds can take thousands
-        for at in range(0, len(writes), ACK_SLICE):
-            if at:  # the loop's other work between slices, and not over a start
-                await self.timer.clear_of()
-                await asyncio.sleep(0)
+        at = 0
+        while at < len(writes):
+            if at:
+                await self.give_way()
+            within = Slice()  # an acknowledgement parses the record again: a huge one costs
             for rid, version in writes[at : at + ACK_SLICE]:
                 self.records.acked(rid, version)
                 self._dirty.add(rid)
+                at += 1
+                if within.over():
+                    break
         if result.lost:
             self._wake.set()
         return result

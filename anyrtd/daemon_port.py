@@ -61,6 +61,10 @@ class Loops(Protocol):
         """Count the outbox again; return its depth and the writes set aside."""
         ...
 
+    async def give_way(self) -> None:
+        """Let a start due soon pass, then the event loop's other work take a turn."""
+        ...
+
     async def write_through(
         self, trigger_id: str, fields: Mapping[str, Any], unset: Iterable[str] = ()
     ) -> TriggerDef | None: ...
@@ -138,6 +142,9 @@ class DaemonPort:
         now, w = self.clock.now(), self.notices.watch
         found = w.of(trigger_id, now, self.peer_id, scheduled)
         return MissedFacts(trigger_id, found, w.grace_s, w.lookback_s, now)
+
+    async def give_way(self) -> None:
+        await self.loops.give_way()
 
     def health(self) -> Health:
         reach, registry = self.client.reach, self.gate.degraded  # an unreachable server says all

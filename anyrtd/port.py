@@ -171,6 +171,11 @@ class Port(Protocol):
         """Return whether a trigger fires on this device and, if not, every reason (why.py)."""
         ...
 
+    async def give_way(self) -> None:
+        """Let a start due soon and the event loop's other work go first: a long answer (the
+        list of 10,000 triggers) calls it between its slices."""
+        ...
+
     def health(self) -> Health:
         """Return how the loops are doing."""
         ...

@@ -28,7 +28,8 @@ ACK_SLICE = 100
 """The most acknowledgements of this device's writes taken (`RecordCache.acked`) between
 two turns of the event loop: an acknowledgement that lets an overlay go parses the
 server's record again, up to about 1 ms for a large one (10,000 broken records: 6,667
-owner stamps and markers acknowledged, 1.2 s)."""
+owner stamps and markers acknowledged, 1.2 s). A slice also ends once `LOOP_SLICE_S` is
+spent: records of megabytes cost more than that each."""
 
 
 @dataclass(slots=True)

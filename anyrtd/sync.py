@@ -27,6 +27,7 @@ from anyrtd.client import (
     ServerError,
     ServerUnavailable,
 )
+from anyrtd.clock import Slice
 from anyrtd.heap import gc_paused, keep_built
 from anyrtd.metrics import Stats
 from anyrtd.mirror import AsyncMirror, Mirror
@@ -351,26 +352,29 @@ class Sync:
         return self._cut and bool(self._buffer)
 
     @gc_paused()  # a full read of 100,000 records: anyrtd/heap.py
-    def apply_buffered(self, changes: int | None = None) -> set[str]:
+    def apply_buffered(self, changes: int | None = None, within: Slice | None = None) -> set[str]:
         """Apply what was read since the last tick, in the order it was read, but at most
         `changes` changes (feed changes and a full read's changed records, evictions
-        included) and `TICK_SCAN` records of a full read (None: all); return the ids it
-        touched. What is left waits for the next tick, so a burst of changes or a full
+        included) and `TICK_SCAN` records of a full read (None: all), and once `within`
+        is over no more than the change under way; return the ids it touched. What is
+        left waits for the next tick, so a burst of changes, of huge records, or a full
         read of many changed records is applied in slices and never holds the loop (and
         the timer) for long."""
         touched: set[str] = set()
         left = changes
+        took = False
         for n, item in enumerate(self._buffer):
             if isinstance(item, _Cursor):
                 self.unit.meta({"cursor": str(item.seq)})
                 continue
-            if left is not None and left <= 0:
+            if (left is not None and left <= 0) or (took and within is not None and within.over()):
                 return self._cut_at(n, touched)
+            took = True
             if isinstance(item, Change):
                 touched |= self._apply_change(item)
                 left = None if left is None else left - 1
             else:
-                left = self._apply_full_read(item, touched, left)
+                left = self._apply_full_read(item, touched, left, within)
                 if left is not None and (item.gone is None or item.gone):
                     return self._cut_at(n, touched)  # the rest of the read: the next slice
         self._buffer = []
@@ -383,15 +387,19 @@ class Sync:
         self._cut = True
         return touched
 
-    def _apply_full_read(self, read: _FullRead, touched: set[str], left: int | None) -> int | None:
+    def _apply_full_read(
+        self, read: _FullRead, touched: set[str], left: int | None, within: Slice | None
+    ) -> int | None:
         """Apply the next slice of a full read, at most `left` changes and `TICK_SCAN`
-        records (None: all of it); add the ids it touched to `touched` and return the
-        changes left."""
+        records (None: all of it), and none once `within` is over; add the ids it touched
+        to `touched` and return the changes left (0 when `within` ran out)."""
         if read.unseen is None:
             read.unseen = set(self.records.ids())
         records, unseen = read.left, read.unseen
-        scan = len(records) if left is None else TICK_SCAN
+        scan = start = len(records) if left is None else TICK_SCAN
         while records and scan and (left is None or left > 0):
+            if within is not None and scan < start and within.over():
+                return 0
             record = records.pop()
             scan -= 1
             rid = str(record.get("id", ""))

@@ -16,7 +16,9 @@ from fleet import T0, Node
 from support import AGENT_RUNS_FIELDS, Turns, async_wait_until
 
 from anyrtd import apply
+from anyrtd import daemon as daemon_module
 from anyrtd.client import ServerError, Upsert
+from anyrtd.clock import Slice
 from anyrtd.records import ACK_SLICE
 from anyrtd.sync import FIRST_FULL_AFTER_S, TICK_CHANGES
 
@@ -431,9 +433,9 @@ async def test_a_full_read_of_many_changed_records_leaves_the_loop_free_between_
     apply_buffered = daemon.sync_stage.apply_buffered
     async with Turns() as turns:
 
-        def counted(changes: int | None = None) -> set[str]:
+        def counted(changes: int | None = None, within: Slice | None = None) -> set[str]:
             slices.append((turns.n, len(daemon.registry)))
-            return apply_buffered(changes)
+            return apply_buffered(changes, within)
 
         daemon.sync_stage.apply_buffered = counted  # type: ignore[method-assign]
         daemon._wake.set()
@@ -475,6 +477,27 @@ async def test_a_drain_of_many_trigger_writes_takes_their_acks_with_the_loop_fre
     assert len(slices) >= 3 and all(a < b for a, b in itertools.pairwise(slices))
 
 
+async def test_a_drain_takes_one_ack_a_turn_once_each_slice_of_the_loop_is_spent(
+    h: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An acknowledgement of a record of megabytes parses it again for milliseconds: the
+    slice of the loop's time ends a run of acknowledgements before `ACK_SLICE` does."""
+    await h.user.upsert(h.triggers, [Upsert(id=f"t{n}", fields=cron()) for n in range(5)])
+    await h.tick()  # every record claimed: the owner stamps wait in the outbox
+    at_ack: list[int] = []
+    acked = h.daemon.records.acked
+    monkeypatch.setattr(daemon_module, "Slice", lambda: Slice(0.0))  # spent at once
+    async with Turns() as turns:
+
+        def counted(rid: str, version: int | None) -> None:
+            at_ack.append(turns.n)
+            acked(rid, version)
+
+        h.daemon.records.acked = counted  # type: ignore[method-assign]
+        await h.daemon.drain_outbox()
+    assert len(at_ack) >= 5 and all(a < b for a, b in itertools.pairwise(at_ack))
+
+
 async def test_many_claims_come_back_and_are_confirmed_a_slice_per_tick(
     h: Node, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -505,3 +528,28 @@ async def test_many_claims_come_back_and_are_confirmed_a_slice_per_tick(
     assert not h.daemon.apply.unconfirmed
     assert all(e.confirmed for e in h.daemon.registry.entries.values() if e.id.startswith("t"))
     assert sizes and max(sizes) <= 5 + 5 + 10
+
+
+async def test_a_step_reconciles_chunks_till_its_slice_ends_and_leaves_the_rest_to_the_next(
+    h: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chunk of `STEP_CHUNK` ids at least, then chunks while the step's slice of the loop's
+    time lasts: records of megabytes cost milliseconds each, a count alone does not bound
+    the step. What is left joins the spread reconcile, and the next tick follows at once."""
+    monkeypatch.setattr(apply, "STEP_CHUNK", 3)
+    upserts = [Upsert(id=f"t{n:02d}", fields={"owner": h.me, **cron()}) for n in range(10)]
+    await h.user.upsert(h.triggers, upserts)
+    daemon = h.daemon
+    await daemon.sync()
+    changed = {rid for rid in daemon.sync_stage.apply_buffered() if rid.startswith("t")}
+    assert len(changed) == 10
+    verdict, peer = daemon.gate.verdict, daemon.peer_id
+    assert peer is not None
+    done = daemon.apply.step(changed, h.clock.now(), verdict, peer, Slice(0.0))
+    ours = {tid for tid in daemon.registry.entries if tid.startswith("t")}
+    assert len(done) == 3 and ours == {rid for rid in done if rid.startswith("t")}
+    assert daemon.apply.spreading  # the rest: the next tick, at once
+    while daemon.apply.spreading:
+        await h.tick()
+    ours = {tid for tid in daemon.registry.entries if tid.startswith("t")}
+    assert sorted(ours) == [f"t{n:02d}" for n in range(10)]

@@ -119,8 +119,9 @@ async def test_the_daemons_port_is_a_class_of_its_own(tmp_path: Path) -> None:
     daemon = Daemon(Config(server="http://127.0.0.1:9", state_dir=tmp_path / "state"))
     try:
         assert PORT_MEMBERS, "the Port protocol names its members"
-        # What the daemon keeps: its peer id (its loops read it) and the write-through step.
-        kept = {"peer_id", "write_through"}
+        # What the daemon keeps: its peer id (its loops read it), the write-through step and
+        # giving way to its loops (the timer's next start).
+        kept = {"peer_id", "write_through", "give_way"}
         assert [m for m in PORT_MEMBERS if hasattr(Daemon, m) and m not in kept] == []
         assert isinstance(daemon.port, DaemonPort)
         assert [m for m in PORT_MEMBERS if not hasattr(daemon.port, m)] == []

@@ -5,6 +5,7 @@ the whole burst; as a safety net a full read comes less often for a large record
 from __future__ import annotations
 
 from anyrtd.client import Change, ChangePage, ServerClient
+from anyrtd.clock import Slice
 from anyrtd.metrics import Stats
 from anyrtd.model import TriggerDef
 from anyrtd.records import RecordCache
@@ -162,3 +163,38 @@ def test_the_first_full_read_after_a_resumed_start_does_not_wait_for_a_large_set
     assert not sync.full_read_due(1000.0, 300.0)
     assert not sync.full_read_due(1000.0 + FIRST_FULL_AFTER_S - 1, 300.0)
     assert sync.full_read_due(1000.0 + FIRST_FULL_AFTER_S, 300.0)
+
+
+class Ticks:
+    """A `Slice` timer that moves one unit per look: a slice of `n` units is over at the
+    `n`th look, however fast the work runs."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        self.t += 1.0
+        return self.t
+
+
+def test_changes_stop_where_the_slice_of_the_loops_time_ends_and_follow_next_tick() -> None:
+    # A change of a record of megabytes costs milliseconds: a count alone lets 100 of them
+    # hold the loop for a tenth of a second.
+    sync, records = stage()
+    for n in range(10):
+        sync.buffer(change(n, f"t{n}"))
+    assert sync.apply_buffered(100, Slice(3.0, Ticks())) == {"t0", "t1", "t2"}
+    assert sync.pending
+    assert sync.apply_buffered(100, Slice(0.0)) == {"t3"}  # over at once: one change still
+    assert sync.apply_buffered(100) == {f"t{n}" for n in range(4, 10)}
+    assert not sync.pending and len(records) == 10
+
+
+def test_a_full_read_stops_where_the_slice_ends_and_goes_on_from_there() -> None:
+    sync, records = stage()
+    full_read(sync, [{"id": f"r{n}", "_v": 1, **fields()} for n in range(5)])
+    first = sync.apply_buffered(100, Slice(3.0, Ticks()))
+    assert len(first) == 3 and sync.pending  # the first record, then one a look till it ends
+    rest = sync.apply_buffered(100)
+    assert first | rest == {f"r{n}" for n in range(5)} and not first & rest
+    assert not sync.pending and len(records) == 5

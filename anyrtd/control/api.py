@@ -278,7 +278,7 @@ async def list_triggers(request: web.Request) -> web.Response:
     ids = set(known.entries)
     if everything:
         ids.update(known.parsed)
-    body = request.app[LIST_CACHE].render(
+    body = await request.app[LIST_CACHE].render(
         sorted(ids),
         known.entries,
         known.parsed,
@@ -287,6 +287,7 @@ async def list_triggers(request: web.Request) -> web.Response:
         known.now,
         missed=known.missed,
         refusal=known.refusal,
+        give_way=port.give_way,
     )
     return web.Response(body=body, content_type="application/json")
 

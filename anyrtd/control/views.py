@@ -7,9 +7,10 @@ lastStatus, consecutiveFailures, limits`) come first; the rest are anyrtd's addi
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
+from anyrtd.clock import Slice
 from anyrtd.metrics import Histogram, Stats
 from anyrtd.missed import Missed, Occurrence
 from anyrtd.model import Malformed, TriggerDef, marker_reason
@@ -149,7 +150,7 @@ class ListCache:
     def __init__(self) -> None:
         self._items: dict[str, tuple[tuple[Any, ...], bytes]] = {}
 
-    def render(
+    async def render(
         self,
         ids: Iterable[str],
         entries: Mapping[str, Entry],
@@ -159,12 +160,19 @@ class ListCache:
         now: float,
         missed: Mapping[str, Missed] | None = None,
         refusal: Callable[[Entry], str | None] = lambda _entry: None,
+        give_way: Callable[[], Awaitable[None]] | None = None,
     ) -> bytes:
         """Return the JSON array of the list views of `ids`, in that order (`refusal`: why
-        a run by hand of an entry could only fail here)."""
+        a run by hand of an entry could only fail here). Once a slice of the loop's time
+        is spent, `give_way` is awaited before the next view: building 10,000 views of
+        records not seen before held the loop (and a start) for 0.23 s."""
         fresh: dict[str, tuple[tuple[Any, ...], bytes]] = {}
         parts: list[bytes] = []
+        within = Slice()
         for tid in ids:
+            if give_way is not None and within.over():
+                await give_way()
+                within = Slice()
             entry = entries.get(tid)
             item = parsed.get(tid)
             key: tuple[Any, ...] = (item, entry, peer_id)
