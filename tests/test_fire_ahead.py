@@ -491,6 +491,19 @@ def test_the_lead_of_a_large_batch_covers_its_measured_prepare_and_commit() -> N
     assert lead.of(10) <= LEAD_MAX_S + LEAD_MAX_PER_RUN_S * 10
 
 
+def test_a_slower_commit_raises_the_lead_at_once_and_faster_ones_bring_it_back_slowly() -> None:
+    lead = Lead()
+    lead.note(1, prepare_s=0.0001, commit_s=0.002)
+    calm = lead.of(1)
+    lead.note(1, prepare_s=0.0001, commit_s=0.08)  # a commit waited behind a tick's
+    assert lead.expect(1) >= 0.08 and lead.of(1) >= LEAD_MIN_S + 3 * 0.08
+    lead.note(1, prepare_s=0.0001, commit_s=0.002)
+    assert calm < lead.of(1) < LEAD_MIN_S + 3 * 0.08  # one fast commit: a fifth of the way
+    for _ in range(40):
+        lead.note(1, prepare_s=0.0001, commit_s=0.002)
+    assert lead.of(1) == pytest.approx(calm, abs=0.001)
+
+
 async def test_a_wall_clock_stepped_back_cancels_what_was_prepared_under_the_later_clock(
     stage: Stage,
 ) -> None:
