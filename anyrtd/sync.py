@@ -55,6 +55,14 @@ FULL_READ_KEEP = 20_000
 collector's full passes (`heap.keep_built`), as a spread reconcile does.
 Chosen: applying 100,000 new records, the passes held single slices up to 0.28 s."""
 
+CHANGES_KEEP = 2_000
+"""After this many changed records applied from the feed, what they built is kept out of
+the collector's full passes (`heap.keep_built`), as a large full read's is: 10,000 new
+records written in seven seconds (the records fault family) brought full passes of 40-77
+ms over what they built, on top of the ticks that applied them.
+Chosen: a keep costs a young collection, about 10-25 ms there; every 2,000 records keeps
+a full pass's walk short."""
+
 FEED_HEAD = 2**53
 """A `since` past any sequence number: the feed answers with its head and no changes."""
 
@@ -139,6 +147,8 @@ class Sync:
         self._server_away = False
         self._went_back = False
         """The change feed went back behind the cursor, and has not moved forward since."""
+        self._built = 0
+        """Changed records applied from the feed since what they built was last kept."""
         self.fence = fence
         """Notes the claims' tokens and the replication lag (anyrtd/claims.py), when set."""
 
@@ -372,6 +382,7 @@ class Sync:
             took = True
             if isinstance(item, Change):
                 touched |= self._apply_change(item)
+                self._built += 1
                 left = None if left is None else left - 1
             else:
                 left = self._apply_full_read(item, touched, left, within)
@@ -379,13 +390,20 @@ class Sync:
                     return self._cut_at(n, touched)  # the rest of the read: the next slice
         self._buffer = []
         self._cut = False
+        return self._kept(touched)
+
+    def _kept(self, touched: set[str]) -> set[str]:
+        """Keep what the changes applied so far built out of full passes, once enough."""
+        if self._built >= CHANGES_KEEP:
+            self._built = 0
+            keep_built()
         return touched
 
     def _cut_at(self, n: int, touched: set[str]) -> set[str]:
         """Keep the buffer from its `n`th item for the next tick."""
         del self._buffer[:n]
         self._cut = True
-        return touched
+        return self._kept(touched)
 
     def _apply_full_read(
         self, read: _FullRead, touched: set[str], left: int | None, within: Slice | None
