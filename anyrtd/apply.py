@@ -325,7 +325,8 @@ class Apply:
 
     def unfence(self, trigger_id: str) -> None:
         """Stamp `trigger_id` without a fencing token from now on (the chat watch's record)."""
-        self.unfenced = {trigger_id}
+        if trigger_id not in self.unfenced:
+            self.unfenced = {trigger_id}
 
     @gc_paused()  # every id after a restart or a new verdict: anyrtd/heap.py
     def reconcile(self, ids: Iterable[str], now: float, verdict: str, peer_id: str) -> None:
