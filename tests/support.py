@@ -7,7 +7,7 @@ import signal
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from anyrtd.client import ServerClient, Upsert
 from anyrtd.clock import SystemClock
@@ -234,9 +234,8 @@ class StandInLaunch:
         self.row, self.args, self.on_start, self.on_spawn = row, args, on_start, on_spawn
 
 
-class ReadyByStart:
-    """A stand-in runner's `ready` and `go` (`Runner.ready`, `Runner.go`): a run made ready
-    is started by the stand-in's own `start` when it goes."""
+class Starts(Protocol):
+    """A stand-in runner's own `start` (`Runner.start`)."""
 
     def start(
         self,
@@ -245,8 +244,12 @@ class ReadyByStart:
         *,
         on_start: Callable[[float], None] | None = None,
         on_spawn: Callable[[int], Awaitable[None]] | None = None,
-    ) -> Coroutine[Any, Any, RunOutcome]:
-        raise NotImplementedError
+    ) -> Coroutine[Any, Any, RunOutcome]: ...
+
+
+class ReadyByStart:
+    """A stand-in runner's `ready` and `go` (`Runner.ready`, `Runner.go`), mixed into one
+    that has its own `start` (`Starts`): a run made ready is started by it when it goes."""
 
     def ready(
         self,
@@ -258,7 +261,7 @@ class ReadyByStart:
     ) -> StandInLaunch:
         return StandInLaunch(row, args, on_start, on_spawn)
 
-    def go(self, launch: StandInLaunch) -> Coroutine[Any, Any, RunOutcome]:
+    def go(self: Starts, launch: StandInLaunch) -> Coroutine[Any, Any, RunOutcome]:
         return self.start(
             launch.row, launch.args, on_start=launch.on_start, on_spawn=launch.on_spawn
         )
