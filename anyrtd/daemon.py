@@ -411,6 +411,13 @@ class Daemon:
         async with self._drain_lock:
             return await self._drain()
 
+    async def clear_of_commit(self, work_s: float = CLEAR_STALL_S) -> None:
+        """Wait for a start due sooner than `work_s` of the event loop, then a commit, would
+        hold it up: twice the mirror's recent slowest call (`AsyncMirror.slow_s`), the work's
+        commit and the fire's that would queue behind it."""
+        lane = self.db.slow_s if self.db is not None else 0.0
+        await self.timer.clear_of(work_s + 2 * lane)
+
     async def give_way(self) -> None:
         """Let a start due soon pass, then the event loop's other work take a turn (between
         two slices of work that would hold the loop)."""
@@ -421,7 +428,9 @@ class Daemon:
         if (places := self.places) is None or self.db is None:
             return None
         datasets = {TRIGGERS: places.triggers, RUNS: places.runs}
-        result = await drain(self.db, self.client, datasets.get, now=self.clock.now)
+        # Each round's encoding and commit must not hold up a start.
+        pace = self.clear_of_commit
+        result = await drain(self.db, self.client, datasets.get, now=self.clock.now, pace=pace)
         writes = result.trigger_writes()  # a drain's rounds can take thousands
         at = 0
         while at < len(writes):
@@ -445,9 +454,10 @@ class Daemon:
             await asyncio.wait_for(self._wake.wait(), timeout=self.config.tick_s)
         self._wake.clear()
         # A tick holds the loop for milliseconds (with a slice of a spread or of a burst of
-        # changes, tens): not over a start.
+        # changes, tens), then the mirror for its commit, which a fire's commit would wait
+        # behind (a disk another process keeps busy: up to 0.5 s): not over a start.
         sliced = self.apply.spreading or self.sync_stage.pending
-        await self.timer.clear_of(SPREAD_STALL_S if sliced else CLEAR_STALL_S)
+        await self.clear_of_commit(SPREAD_STALL_S if sliced else CLEAR_STALL_S)
         await self.tick()
 
     async def _sync_loop(self) -> None:
@@ -471,7 +481,6 @@ class Daemon:
         if not await self._outbox_wake.wait(timeout=5.0):
             return  # nothing queued since the last drain took all there was
         await asyncio.sleep(WINDOW_S)  # let the writes of several batches gather
-        await self.timer.clear_of()  # encoding them must not hold up a start
         result = await self.drain_outbox()
         self._outbox_wake.drained(result)
         if result is not None and result.error:  # the wait a 429 or a 503 asked for, if longer

@@ -8,7 +8,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -147,6 +147,7 @@ async def drain(
     batch: int = 500,
     rounds: int = 100,
     now: Callable[[], float] = time.time,
+    pace: Callable[[], Awaitable[None]] | None = None,
 ) -> DrainResult:
     """Send queued writes until the queue is empty, the server is away, or `rounds` are done.
 
@@ -156,9 +157,12 @@ async def drain(
     one the client cannot even send (text that cannot be encoded, say), is set aside: kept
     in the mirror with the reason, counted, and no longer sent, so the writes behind it go.
     A conditional write refused because its record changed is dropped (`DrainResult.lost`).
+    `pace` is awaited before each round (the daemon's `clear_of_commit`).
     """
     result = DrainResult()
     for _ in range(rounds):
+        if pace is not None:
+            await pace()
         queued = db.mirror.outbox_queued
         items = await db.call(lambda m: m.outbox_pending(batch))
         if not items:

@@ -99,6 +99,30 @@ async def test_refused_and_unsendable_writes_are_set_aside_and_the_rest_are_sent
     assert await mirror.call(lambda m: m.outbox_pending()) == []
 
 
+async def test_a_drain_waits_on_its_pace_before_each_round(mirror: AsyncMirror) -> None:
+    # Each round reads and acknowledges in the mirror: a start due sooner must go first
+    # (the daemon paces it with `clear_of_commit`), or its commit waits behind the round's.
+    await queue(mirror, [(RUNS, f"r{n}", {"status": "ok"}) for n in range(5)])
+    client, paced = FakeClient(), []
+
+    async def pace() -> None:
+        paced.append(len(client.taken))
+
+    result = await drain(mirror, client, locate, batch=2, pace=pace)  # type: ignore[arg-type]
+    assert result.sent == 5 and paced == [0, 2, 4]
+
+
+async def test_the_mirror_tells_how_slow_its_calls_are_now(mirror: AsyncMirror) -> None:
+    await mirror.call(lambda m: time.sleep(0.05))
+    slow = mirror.slow_s
+    assert slow >= 0.05  # at once
+    await mirror.call(lambda m: None)
+    assert 0.75 * slow < mirror.slow_s < 0.9 * slow  # a fifth of the way back at each faster
+    for _ in range(40):
+        await mirror.call(lambda m: None)
+    assert mirror.slow_s < slow / 10
+
+
 async def test_a_server_that_is_away_sets_nothing_aside(mirror: AsyncMirror) -> None:
     await queue(mirror, [(RUNS, "r1", {"status": "ok"}), (RUNS, "r2", {"status": "ok"})])
     client = FakeClient()
