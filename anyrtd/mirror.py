@@ -643,6 +643,15 @@ class Mirror:
                 found.update(conn.execute(select(c.key).where(c.key.in_(chunk))).scalars())
         return found
 
+    def notices_retry_at(self) -> float | None:
+        """Return when the earliest notice with channels left is to be tried (0 for one
+        never tried), or None when none is left."""
+        c = notices_table.c
+        q = select(func.min(func.coalesce(c.next_try_at, 0.0))).where(c.pending != "")
+        with self.engine.connect() as conn:
+            at = conn.execute(q).scalar()
+        return None if at is None else float(at)
+
     def notices_since(self, since: float) -> int:
         """Return how many notices this device made to deliver at or after `since` (not the
         ones it found made by another device: nothing left to deliver, never tried)."""
@@ -950,6 +959,8 @@ class AsyncMirror:
         self.fault: MirrorFault | None = None
         self.faulted = asyncio.Event()
         self._depth, self._depth_at = 0, -1  # the outbox depth, at `Mirror.outbox_changes`
+        self._aside: list[SetAside] = []
+        self._aside_at = -1  # the writes set aside, at `Mirror.outbox_changes`
         self.slow_s = 0.0
         """How long a call may take now, its wait for the thread included: the slowest
         recent one, falling back a fifth of the way at each faster one. Bulk work waits for
@@ -984,6 +995,15 @@ class AsyncMirror:
             self._depth = await self.call(Mirror.outbox_depth)
             self._depth_at = changes
         return self._depth
+
+    async def outbox_set_aside(self) -> list[SetAside]:
+        """Return `Mirror.outbox_set_aside`, read again only once the outbox changed: the
+        notices' pass asks every tick."""
+        changes = self.mirror.outbox_changes  # before the read: a change during it counts
+        if changes != self._aside_at:
+            self._aside = await self.call(Mirror.outbox_set_aside)
+            self._aside_at = changes
+        return self._aside
 
     async def close(self) -> None:
         loop = asyncio.get_running_loop()

@@ -217,6 +217,12 @@ class Notices:
         )
         self._chat: Dataset | None = None
         self._waiting = 0  # notices held back by the hourly limit, last said in the log
+        self._known: set[str] = set()
+        """Keys the mirror has a notice for (it keeps every one): not asked again."""
+        self._look = True
+        """Whether the next pass reads the notices due (one was made, or it is the first)."""
+        self._retry_at: float | None = None
+        """When the earliest notice left to deliver is tried again (None: none is left)."""
 
     @property
     def found(self) -> tuple[Mapping[str, Missed], Mapping[str, int]]:
@@ -249,16 +255,24 @@ class Notices:
             made += trigger_notices(
                 found, self.watch.notable, now=now, lookback_s=self.watch.lookback_s
             )
-        aside = await db.call(Mirror.outbox_set_aside)
+        aside = await db.outbox_set_aside()
         made += [_set_aside_notice(item, p.peer_id) for item in aside]
+        made = [n for n in made if n.key not in self._known]
         if made:
             await self._make(db, made, now)
-        for row in await db.call(lambda m: m.notices_due(now)):
-            await self._deliver(db, row, now)
+            self._look = True
+        # An idle daemon asks the mirror nothing: only a notice made, or a retry come due,
+        # sends this pass to it.
+        if self._look or (self._retry_at is not None and now >= self._retry_at):
+            self._look = False
+            for row in await db.call(lambda m: m.notices_due(now)):
+                await self._deliver(db, row, now)
+            self._retry_at = await db.call(Mirror.notices_retry_at)
 
     async def _make(self, db: AsyncMirror, notices: Sequence[Notice], now: float) -> None:
         keys = [n.key for n in notices]
         known = await db.call(lambda m: m.notices_known(keys))
+        self._known |= known
         fresh = [n for n in notices if n.key not in known]
         if not fresh:
             return
@@ -285,6 +299,7 @@ class Notices:
                 pending=() if elsewhere else channels,
             )
             await db.call(_saving(row))
+            self._known.add(n.key)
             if not elsewhere:
                 log.info("notice %s: %s (%s)", n.kind, printable(n.text), printable(n.why))
 

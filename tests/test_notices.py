@@ -192,6 +192,42 @@ async def test_a_write_set_aside_makes_one_notice_on_its_own_device(
     assert len(await chat_notices(fleet)) == 1
 
 
+async def test_a_pass_with_nothing_new_asks_the_mirror_nothing(
+    fleet: Fleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two queries each tick (writes set aside, notices due) were most of what an idle
+    # daemon's CPU grew by since the notices came.
+    out = tmp_path / "notices"
+    out.mkdir()
+    a = await node(fleet, 1, out)
+    await fleet.put("plain", kind="cron", spec={"every_s": 3600}, program="test:ok@v1", owner=a.me)
+    await fleet.step(1, poll=True)
+    await look(a)  # the first pass reads what is due
+    db = a.daemon.db
+    assert db is not None
+    asked: list[object] = []
+    real = db.call
+
+    async def counted(fn: Any) -> Any:
+        asked.append(fn)
+        return await real(fn)
+
+    monkeypatch.setattr(db, "call", counted)
+    await look(a)
+    await look(a)
+    assert asked == []
+    a.daemon.unit.write_trigger("plain", {"score": float("nan")})  # no server takes a NaN
+    await a.daemon.unit.commit(fleet.clock.now())
+    await a.daemon.drain_outbox()
+    asked.clear()
+    await look(a)  # a write set aside: read, and its notice made and delivered
+    assert asked
+    assert [n["kind"] for n in delivered(out)] == [NoticeKind.SET_ASIDE]
+    asked.clear()
+    await look(a)
+    assert asked == []
+
+
 async def test_past_the_hourly_limit_notices_wait_their_turn(fleet: Fleet, tmp_path: Path) -> None:
     out = tmp_path / "notices"
     out.mkdir()
