@@ -505,9 +505,11 @@ def stop_py_spy(spy: subprocess.Popen[bytes]) -> None:
 
 
 async def run_idle(
-    sc: Scenario, kind: str, tmp: Path, settle_s: float, under: Under
+    sc: Scenario, kind: str, tmp: Path, settle_s: float, py_spy: Path | None, under: Under
 ) -> dict[str, Any]:
-    """Hold `n` triggers with nothing due: CPU per second, memory, and a restart (anyrtd)."""
+    """Hold `n` triggers with nothing due: CPU per second, memory, and a restart (anyrtd).
+    With `py_spy`, anyrtd is profiled over the window (py-spy's sampling costs CPU of its
+    own: the figure of a profiled run is not comparable)."""
     async with Setup(kind, tmp, under) as setup:
         out: dict[str, Any] = {"triggers": sc.n}
         if kind == "anyrtd":
@@ -530,9 +532,14 @@ async def run_idle(
                 )
         await asyncio.sleep(settle_s)
         mem = await child.ask("gc")
+        spy: subprocess.Popen[bytes] | None = None
+        if py_spy is not None and kind == "anyrtd":
+            spy = start_py_spy(child.pid, py_spy / f"{sc.name}.txt")
         w0 = await child.ask("stat", size=False)
         await asyncio.sleep(sc.window_s)
         w1 = await child.ask("stat", size=False)
+        if spy is not None:
+            stop_py_spy(spy)
         out.update(
             {
                 "held": mem["size"] - base,
@@ -719,7 +726,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                         elif sc.kind == "burst":
                             res = await run_burst(sc, kind, where, args.py_spy, under)
                         else:
-                            res = await run_idle(sc, kind, where, settle_s, under)
+                            res = await run_idle(sc, kind, where, settle_s, args.py_spy, under)
                 except (TimeoutError, RuntimeError) as exc:
                     what = str(exc) or f"no result within {budget_s(sc):.0f} s"
                     res = {"error": f"{exc.__class__.__name__}: {what}"}
@@ -777,7 +784,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--py-spy",
         type=Path,
-        help="profile anyrtd with py-spy into this folder (a burst's fires, a spread's window)",
+        help="profile anyrtd with py-spy into this folder (a burst, a spread or an idle window)",
     )
     return parser.parse_args(argv)
 
