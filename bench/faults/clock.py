@@ -24,7 +24,6 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 from bench.faults.common import (
     Result,
@@ -41,14 +40,16 @@ from bench.faults.common import (
 )
 
 
-def twice_in_a_row(runs: list[dict[str, Any]]) -> int:
-    """Count the runs whose `scheduledAt` is the one of the run of the same trigger before
-    them, in the order they started: the occurrence fired last was fired again."""
-    last: dict[Any, Any] = {}
+def twice_in_a_row(noted: dict[str, tuple[str, str]]) -> int:
+    """Count the runs whose scheduled time is the one of the run of the same trigger before
+    them, in the order their programs noted their start (`started_runs`, the lines of one
+    file appended to in turn): the occurrence fired last was fired again. Not the order of
+    the records' `startedAt`, which is the stepped wall clock's: a run started after a step
+    back would sort among the runs before it."""
+    last: dict[str, str] = {}
     count = 0
-    for r in sorted(runs, key=lambda r: float(r.get("startedAt") or 0.0)):
-        tid, at = r.get("triggerId"), r.get("scheduledAt")
-        if at is not None and last.get(tid) == at:
+    for tid, at in noted.values():
+        if last.get(tid) == at:
             count += 1
         last[tid] = at
     return count
@@ -195,7 +196,7 @@ def run(work: Path, rounds: int) -> Result:
         return result
 
     per_once = Counter(trigger for trigger, _ in noted.values())
-    result.zero("occurrence fired twice in a row", twice_in_a_row(runs))
+    result.zero("occurrence fired twice in a row", twice_in_a_row(noted))
     result.zero("once fired twice", sum(1 for rid in onces if per_once[rid] > 1))
     result.zero("once never fired", sum(1 for rid in onces if per_once[rid] == 0))
     result.zero(f"recurring trigger silent {SILENT_S:g} s after a step", len(silent))
