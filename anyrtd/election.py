@@ -63,6 +63,11 @@ class Gate(Protocol):
         """Why the registry is not doing its part while it fails; None when it is fine or absent."""
         ...
 
+    def recent_view(self, within_s: float) -> DevicesView | None:
+        """Return the devices registry as the last poll read it, when that was less than
+        `within_s` ago; None otherwise, or without an election."""
+        ...
+
 
 class AlwaysActive:
     """Single-device behaviour (the seeds' Degrade): the gate is always active."""
@@ -91,6 +96,9 @@ class AlwaysActive:
 
     @property
     def degraded(self) -> str | None:
+        return None
+
+    def recent_view(self, within_s: float) -> DevicesView | None:
         return None
 
     def describe(self, peer_id: str | None) -> dict[str, Any]:
@@ -139,6 +147,8 @@ class Election:
         self.peer_id: str | None = None
         self.winner: str | None = None
         self.last_poll_at: float | None = None
+        self._view: tuple[DevicesView, float] | None = None
+        """The registry as the last poll read it, and when (monotonic)."""
         self._term: Term | None = None
         self._verdict: Verdict = Verdict.STANDBY
         self._recorded_winner: str | None = None
@@ -173,6 +183,12 @@ class Election:
             since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self._failing_since))
             return f"devices registry unavailable since {since}: keeping verdict {self._verdict}"
         return None
+
+    def recent_view(self, within_s: float) -> DevicesView | None:
+        if not self.enabled or self._view is None:
+            return None
+        view, at = self._view
+        return view if self.clock.monotonic() - at < within_s else None
 
     def describe(self, peer_id: str | None) -> dict[str, Any]:
         me = peer_id or self.peer_id
@@ -235,6 +251,7 @@ class Election:
             log.info("the devices registry answers again; verdict %s", self._verdict)
             self._failing = self._failing_since = None
         self.last_poll_at = self.clock.now()
+        self._view = (view, self.clock.monotonic())
         return self.verdict
 
     async def _settle(self, view: DevicesView) -> DevicesView:

@@ -246,7 +246,7 @@ class Notices:
         config = p.config  # a reload may have changed the bounds
         self.watch.grace_s = grace_of(config)
         self.watch.lookback_s = config.missed_lookback_s
-        found = await self.watch.step(now, p.peer_id, p.client, p.timer.clear_of)
+        found = await self.watch.step(now, p.peer_id, (p.gate, p.client), p.timer.clear_of)
         db = p.db
         if not self.settings.enabled or db is None:
             return

@@ -3,7 +3,8 @@
 Every device runs it (the control API, `why`, the status page and `/metrics` read its last
 answer); only the active device sends notices about it (anyrtd/notices.py). The arithmetic
 is `anyrtd/missed.py`'s; this stage gathers its facts: the records, the devices registry
-(read at most every `DEVICES_EVERY_S`), when this daemon started.
+(as the election's poll last read it, or read at most every `DEVICES_EVERY_S`), when this
+daemon started.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from anyrtd.client import DevicesView, ServerClient, ServerError, ServerUnavailable
+from anyrtd.client import DevicesView, ServerError, ServerUnavailable
 from anyrtd.election import APP
 from anyrtd.missed import (
     DEFAULT_LOOKBACK_S,
@@ -42,6 +43,12 @@ class ReadsDevices(Protocol):
     async def devices(self) -> DevicesView | None: ...
 
 
+class SeesDevices(Protocol):
+    """What may have read the devices registry lately: the election's gate."""
+
+    def recent_view(self, within_s: float) -> DevicesView | None: ...
+
+
 async def read_devices(
     source: ReadsDevices,
 ) -> tuple[dict[str, DeviceState] | None, dict[str, str]]:
@@ -50,6 +57,13 @@ async def read_devices(
         view = await asyncio.wait_for(source.devices(), timeout=REGISTRY_WAIT_S)
     except (ServerUnavailable, ServerError, TimeoutError):
         return None, {}
+    return devices_of(view)
+
+
+def devices_of(
+    view: DevicesView | None,
+) -> tuple[dict[str, DeviceState] | None, dict[str, str]]:
+    """Return each device's state (`live`, `pruned`) and name in `view`; None without one."""
     if view is None:
         return None, {}
     states = {
@@ -111,6 +125,8 @@ class Watch:
         """`last_recorded` of every trigger (None: to work out again)."""
         self._devices: tuple[Mapping[str, DeviceState] | None, Mapping[str, str]] = (None, {})
         self._devices_at: float | None = None
+        self._view: DevicesView | None = None
+        """The election's view the devices were taken from (None: read by this watch)."""
 
     def definitions(self) -> list[TriggerDef]:
         """Return the definitions the last pass looked at (not the standing built-ins)."""
@@ -120,18 +136,19 @@ class Watch:
         self,
         now: float,
         peer_id: str | None,
-        client: ServerClient,
+        registry: tuple[SeesDevices, ReadsDevices],
         pace: Callable[[], Awaitable[None]] | None = None,
     ) -> list[Missed]:
-        """Take one pass as of `now`; return the triggers that missed occurrences. `pace` is
-        awaited before each slice of `SLICE` triggers (the timer's `clear_of`)."""
+        """Take one pass as of `now`; return the triggers that missed occurrences. The
+        devices come from the election's last poll when it is recent (`registry`'s first),
+        else from a read of their own at most every `DEVICES_EVERY_S` (its second: the
+        server client). `pace` is awaited before each slice of `SLICE` triggers (the
+        timer's `clear_of`)."""
         if self.up_since is None:
             self.up_since = now
         if self.records.unparsed():
             return list(self.missed.values())  # a start-up spread parses them first
-        if self._devices_at is None or now - self._devices_at >= DEVICES_EVERY_S:
-            self._devices = await read_devices(client)
-            self._devices_at = now
+        await self._follow_devices(now, *registry)
         changed = self.records.take_changed()
         if self._tracked is None:
             self._tracked = {}
@@ -169,6 +186,16 @@ class Watch:
         self._count(found)
         self.last_pass = now
         return found
+
+    async def _follow_devices(self, now: float, gate: SeesDevices, server: ReadsDevices) -> None:
+        view = gate.recent_view(DEVICES_EVERY_S)
+        if view is not None:
+            if view is not self._view:
+                self._devices, self._view = devices_of(view), view
+                self._devices_at = now
+        elif self._devices_at is None or now - self._devices_at >= DEVICES_EVERY_S:
+            self._devices, self._view = await read_devices(server), None
+            self._devices_at = now
 
     def _look_at(self, rid: str, now: float) -> None:
         """Take the record of `rid` as it is now (new, changed, or gone)."""
@@ -255,4 +282,12 @@ class MissedFacts:
     now: float
 
 
-__all__ = ["DEVICES_EVERY_S", "MissedFacts", "ReadsDevices", "Watch", "read_devices"]
+__all__ = [
+    "DEVICES_EVERY_S",
+    "MissedFacts",
+    "ReadsDevices",
+    "SeesDevices",
+    "Watch",
+    "devices_of",
+    "read_devices",
+]

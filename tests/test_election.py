@@ -14,7 +14,7 @@ import pytest
 from anyrtd.client import ServerClient
 from anyrtd.clock import FakeClock
 from anyrtd.devserver import start_devserver
-from anyrtd.election import APP, Election
+from anyrtd.election import APP, AlwaysActive, Election
 
 T0 = 1_800_000_000.0
 
@@ -81,6 +81,28 @@ async def test_a_lone_device_claims_the_role_at_boot(devices: Devices) -> None:
         "verdict": "active",
         "lastPollAt": T0,
     }
+
+
+async def test_the_last_poll_s_view_is_recent_within_the_bound_asked(devices: Devices) -> None:
+    """The missed watch takes its devices from here instead of reading them again."""
+    e1, e2 = devices.election(1), devices.election(2)
+    await e1.boot()
+    await e2.boot()
+    view = e2.recent_view(30.0)
+    assert view is not None and view.self_id == devices.peer(2)
+    assert {devices.peer(1), devices.peer(2)} <= {d.peer_id for d in view.devices}
+    devices.clock.advance(30)
+    assert e2.recent_view(30.0) is None and e2.recent_view(31.0) is view
+    await devices.prune(1)
+    await e2.poll()
+    again = e2.recent_view(30.0)
+    assert again is not None and again.row(devices.peer(1)) is not None
+    assert again.row(devices.peer(1)).deleted  # type: ignore[union-attr]
+    await devices.admin("/_dev/faults", {"device": 2, "devices": "error"})
+    devices.clock.advance(30)
+    await e2.poll()
+    assert e2.recent_view(30.0) is None  # a failed read leaves nothing recent
+    assert AlwaysActive().recent_view(30.0) is None
 
 
 async def test_a_second_device_boots_as_standby(devices: Devices) -> None:

@@ -10,7 +10,8 @@ import pytest
 
 from anyrtd.client import DeviceRow, DevicesView
 from anyrtd.records import Parsed, RecordCache
-from anyrtd.watch import Watch
+from anyrtd.vocab import MissCause
+from anyrtd.watch import DEVICES_EVERY_S, Watch
 
 NOW = 1_800_000_000.0
 ME = "12D3KooWme"
@@ -18,12 +19,30 @@ B = "12D3KooWbbb"
 MIN = 60.0
 
 
+def view(*, b_pruned: bool = False) -> DevicesView:
+    """The devices registry: this device and B, live unless said."""
+    rows = [DeviceRow(ME, "", "linux", {}), DeviceRow(B, "home-server", "linux", {}, b_pruned)]
+    return DevicesView(self_id=ME, active={}, devices=rows)
+
+
 class Devices:
-    """The devices registry as a client answers it: this device and B, both live."""
+    """The devices registry as the server client reads it (counted), and as the election's
+    last poll saw it (`polled`; None: no poll recent enough)."""
+
+    def __init__(self, polled: DevicesView | None = None) -> None:
+        self.polled = polled
+        self.reads = 0
 
     async def devices(self) -> DevicesView:
-        rows = [DeviceRow(ME, "", "linux", {}), DeviceRow(B, "home-server", "linux", {})]
-        return DevicesView(self_id=ME, active={}, devices=rows)
+        self.reads += 1
+        return view()
+
+    def recent_view(self, within_s: float) -> DevicesView | None:
+        return self.polled
+
+    @property
+    def registry(self) -> tuple[Devices, Devices]:
+        return self, self
 
 
 def record(rid: str, version: int = 1, **fields: Any) -> dict[str, Any]:
@@ -72,14 +91,14 @@ async def test_a_pass_after_the_first_reads_only_the_records_that_changed(
         cache.put(record(f"t{i:04d}"))
     watch = Watch(records=cache, grace_s=MIN)
     reads = Reads(monkeypatch)
-    assert await watch.step(NOW, ME, Devices()) == []  # type: ignore[arg-type]
+    assert await watch.step(NOW, ME, Devices().registry) == []
     gets, scans = reads.take()
     assert scans == 1 and gets >= 1000  # the first pass reads every record
     cache.put(record("t0007", version=2, lastRunAt=NOW + 10))
     cache.drop("t0008")
-    assert await watch.step(NOW + 20, ME, Devices()) == []  # type: ignore[arg-type]
+    assert await watch.step(NOW + 20, ME, Devices().registry) == []
     assert reads.take() == (2, 0)  # the two that changed, and no scan
-    assert await watch.step(NOW + 25, ME, Devices()) == []  # type: ignore[arg-type]
+    assert await watch.step(NOW + 25, ME, Devices().registry) == []
     assert reads.take() == (0, 0)
     assert len(watch.definitions()) == 999
 
@@ -91,18 +110,18 @@ async def test_a_trigger_whose_owner_fell_silent_is_found_with_no_change_to_its_
     cache.put(record("quiet"))
     cache.put(record("busy"))
     watch = Watch(records=cache, grace_s=MIN)
-    assert await watch.step(NOW, ME, Devices()) == []  # type: ignore[arg-type]
+    assert await watch.step(NOW, ME, Devices().registry) == []
     # busy's owner runs it every minute (its record changes); quiet's runs it no more.
     for minute in range(1, 6):
         cache.put(record("busy", version=1 + minute, lastRunAt=NOW + minute * MIN))
-        await watch.step(NOW + minute * MIN + 5, ME, Devices())  # type: ignore[arg-type]
-    found = await watch.step(NOW + 6 * MIN, ME, Devices())  # type: ignore[arg-type]
+        await watch.step(NOW + minute * MIN + 5, ME, Devices().registry)
+    found = await watch.step(NOW + 6 * MIN, ME, Devices().registry)
     assert [m.trigger_id for m in found] == ["quiet"]
     assert found[0].count >= 4
     assert set(watch.missed) == {"quiet"}
     # It runs again: its record changes, and it is no longer found.
     cache.put(record("quiet", version=2, lastRunAt=NOW + 6 * MIN))
-    assert await watch.step(NOW + 6 * MIN + 5, ME, Devices()) == []  # type: ignore[arg-type]
+    assert await watch.step(NOW + 6 * MIN + 5, ME, Devices().registry) == []
     assert watch.missed == {}
 
 
@@ -111,9 +130,25 @@ async def test_a_record_dropped_or_broken_leaves_the_watch_and_its_notable_list(
     cache.put(record("failing", lastStatus="error"))
     cache.put(record("gone", lastStatus="auto_disabled", enabled=False))
     watch = Watch(records=cache, grace_s=MIN)
-    await watch.step(NOW, ME, Devices())  # type: ignore[arg-type]
+    await watch.step(NOW, ME, Devices().registry)
     assert [d.id for d in watch.notable] == ["failing", "gone"]
     cache.drop("gone")
     cache.put({"id": "failing", "_v": 2, "kind": 7})  # malformed now
-    await watch.step(NOW + 5, ME, Devices())  # type: ignore[arg-type]
+    await watch.step(NOW + 5, ME, Devices().registry)
     assert watch.notable == [] and watch.definitions() == []
+
+
+async def test_the_devices_come_from_the_election_s_recent_poll_else_a_read_every_30_s() -> None:
+    cache = RecordCache()
+    cache.put(record("quiet", lastRunAt=NOW - 10 * MIN))  # its owner is B
+    watch = Watch(records=cache, grace_s=MIN)
+    alone = Devices()
+    await watch.step(NOW, ME, alone.registry)
+    await watch.step(NOW + 5, ME, alone.registry)
+    assert alone.reads == 1  # no poll to take them from: read, at most every 30 s
+    await watch.step(NOW + DEVICES_EVERY_S, ME, alone.registry)
+    assert alone.reads == 2
+    polled = Devices(view(b_pruned=True))
+    found = await watch.step(NOW + DEVICES_EVERY_S + 5, ME, polled.registry)
+    assert polled.reads == 0  # the election's view, read a moment ago, is taken as it is
+    assert [(m.trigger_id, m.last.cause) for m in found] == [("quiet", MissCause.OWNER_PRUNED)]
