@@ -213,7 +213,11 @@ class Notices:
         self.parts = parts
         config = parts.config
         self.watch = Watch(
-            records=parts.records, grace_s=grace_of(config), lookback_s=config.missed_lookback_s
+            records=parts.records,
+            polls=parts.gate,
+            server=parts.client,
+            grace_s=grace_of(config),
+            lookback_s=config.missed_lookback_s,
         )
         self._chat: Dataset | None = None
         self._waiting = 0  # notices held back by the hourly limit, last said in the log
@@ -246,7 +250,7 @@ class Notices:
         config = p.config  # a reload may have changed the bounds
         self.watch.grace_s = grace_of(config)
         self.watch.lookback_s = config.missed_lookback_s
-        found = await self.watch.step(now, p.peer_id, (p.gate, p.client), p.timer.clear_of)
+        found = await self.watch.step(now, p.peer_id, p.timer.clear_of)
         db = p.db
         if not self.settings.enabled or db is None:
             return

@@ -98,10 +98,16 @@ class Watch:
         self,
         *,
         records: RecordCache,
+        polls: SeesDevices,
+        server: ReadsDevices,
         grace_s: float,
         lookback_s: float = DEFAULT_LOOKBACK_S,
     ) -> None:
         self.records = records
+        self.polls = polls
+        """The election's gate: the devices as its last poll read them, when recent."""
+        self.server = server
+        """What reads the devices registry when no poll is recent: the server client."""
         self.grace_s = grace_s
         self.lookback_s = lookback_s
         self.up_since: float | None = None
@@ -136,19 +142,17 @@ class Watch:
         self,
         now: float,
         peer_id: str | None,
-        registry: tuple[SeesDevices, ReadsDevices],
         pace: Callable[[], Awaitable[None]] | None = None,
     ) -> list[Missed]:
         """Take one pass as of `now`; return the triggers that missed occurrences. The
-        devices come from the election's last poll when it is recent (`registry`'s first),
-        else from a read of their own at most every `DEVICES_EVERY_S` (its second: the
-        server client). `pace` is awaited before each slice of `SLICE` triggers (the
-        timer's `clear_of`)."""
+        devices come from the election's last poll when it is recent (`polls`), else from
+        a read of their own at most every `DEVICES_EVERY_S` (`server`). `pace` is awaited
+        before each slice of `SLICE` triggers (the timer's `clear_of`)."""
         if self.up_since is None:
             self.up_since = now
         if self.records.unparsed():
             return list(self.missed.values())  # a start-up spread parses them first
-        await self._follow_devices(now, *registry)
+        await self._follow_devices(now)
         changed = self.records.take_changed()
         if self._tracked is None:
             self._tracked = {}
@@ -187,14 +191,14 @@ class Watch:
         self.last_pass = now
         return found
 
-    async def _follow_devices(self, now: float, gate: SeesDevices, server: ReadsDevices) -> None:
-        view = gate.recent_view(DEVICES_EVERY_S)
+    async def _follow_devices(self, now: float) -> None:
+        view = self.polls.recent_view(DEVICES_EVERY_S)
         if view is not None:
             if view is not self._view:
                 self._devices, self._view = devices_of(view), view
                 self._devices_at = now
         elif self._devices_at is None or now - self._devices_at >= DEVICES_EVERY_S:
-            self._devices, self._view = await read_devices(server), None
+            self._devices, self._view = await read_devices(self.server), None
             self._devices_at = now
 
     def _look_at(self, rid: str, now: float) -> None:

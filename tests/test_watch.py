@@ -40,9 +40,10 @@ class Devices:
     def recent_view(self, within_s: float) -> DevicesView | None:
         return self.polled
 
-    @property
-    def registry(self) -> tuple[Devices, Devices]:
-        return self, self
+
+def watching(cache: RecordCache, devices: Devices | None = None) -> Watch:
+    devices = devices or Devices()
+    return Watch(records=cache, polls=devices, server=devices, grace_s=MIN)
 
 
 def record(rid: str, version: int = 1, **fields: Any) -> dict[str, Any]:
@@ -89,16 +90,16 @@ async def test_a_pass_after_the_first_reads_only_the_records_that_changed(
     cache = RecordCache()
     for i in range(1000):
         cache.put(record(f"t{i:04d}"))
-    watch = Watch(records=cache, grace_s=MIN)
+    watch = watching(cache)
     reads = Reads(monkeypatch)
-    assert await watch.step(NOW, ME, Devices().registry) == []
+    assert await watch.step(NOW, ME) == []
     gets, scans = reads.take()
     assert scans == 1 and gets >= 1000  # the first pass reads every record
     cache.put(record("t0007", version=2, lastRunAt=NOW + 10))
     cache.drop("t0008")
-    assert await watch.step(NOW + 20, ME, Devices().registry) == []
+    assert await watch.step(NOW + 20, ME) == []
     assert reads.take() == (2, 0)  # the two that changed, and no scan
-    assert await watch.step(NOW + 25, ME, Devices().registry) == []
+    assert await watch.step(NOW + 25, ME) == []
     assert reads.take() == (0, 0)
     assert len(watch.definitions()) == 999
 
@@ -109,19 +110,19 @@ async def test_a_trigger_whose_owner_fell_silent_is_found_with_no_change_to_its_
     cache = RecordCache()
     cache.put(record("quiet"))
     cache.put(record("busy"))
-    watch = Watch(records=cache, grace_s=MIN)
-    assert await watch.step(NOW, ME, Devices().registry) == []
+    watch = watching(cache)
+    assert await watch.step(NOW, ME) == []
     # busy's owner runs it every minute (its record changes); quiet's runs it no more.
     for minute in range(1, 6):
         cache.put(record("busy", version=1 + minute, lastRunAt=NOW + minute * MIN))
-        await watch.step(NOW + minute * MIN + 5, ME, Devices().registry)
-    found = await watch.step(NOW + 6 * MIN, ME, Devices().registry)
+        await watch.step(NOW + minute * MIN + 5, ME)
+    found = await watch.step(NOW + 6 * MIN, ME)
     assert [m.trigger_id for m in found] == ["quiet"]
     assert found[0].count >= 4
     assert set(watch.missed) == {"quiet"}
     # It runs again: its record changes, and it is no longer found.
     cache.put(record("quiet", version=2, lastRunAt=NOW + 6 * MIN))
-    assert await watch.step(NOW + 6 * MIN + 5, ME, Devices().registry) == []
+    assert await watch.step(NOW + 6 * MIN + 5, ME) == []
     assert watch.missed == {}
 
 
@@ -129,26 +130,26 @@ async def test_a_record_dropped_or_broken_leaves_the_watch_and_its_notable_list(
     cache = RecordCache()
     cache.put(record("failing", lastStatus="error"))
     cache.put(record("gone", lastStatus="auto_disabled", enabled=False))
-    watch = Watch(records=cache, grace_s=MIN)
-    await watch.step(NOW, ME, Devices().registry)
+    watch = watching(cache)
+    await watch.step(NOW, ME)
     assert [d.id for d in watch.notable] == ["failing", "gone"]
     cache.drop("gone")
     cache.put({"id": "failing", "_v": 2, "kind": 7})  # malformed now
-    await watch.step(NOW + 5, ME, Devices().registry)
+    await watch.step(NOW + 5, ME)
     assert watch.notable == [] and watch.definitions() == []
 
 
 async def test_the_devices_come_from_the_election_s_recent_poll_else_a_read_every_30_s() -> None:
     cache = RecordCache()
     cache.put(record("quiet", lastRunAt=NOW - 10 * MIN))  # its owner is B
-    watch = Watch(records=cache, grace_s=MIN)
-    alone = Devices()
-    await watch.step(NOW, ME, alone.registry)
-    await watch.step(NOW + 5, ME, alone.registry)
-    assert alone.reads == 1  # no poll to take them from: read, at most every 30 s
-    await watch.step(NOW + DEVICES_EVERY_S, ME, alone.registry)
-    assert alone.reads == 2
-    polled = Devices(view(b_pruned=True))
-    found = await watch.step(NOW + DEVICES_EVERY_S + 5, ME, polled.registry)
-    assert polled.reads == 0  # the election's view, read a moment ago, is taken as it is
+    devices = Devices()
+    watch = watching(cache, devices)
+    await watch.step(NOW, ME)
+    await watch.step(NOW + 5, ME)
+    assert devices.reads == 1  # no poll to take them from: read, at most every 30 s
+    await watch.step(NOW + DEVICES_EVERY_S, ME)
+    assert devices.reads == 2
+    devices.polled = view(b_pruned=True)
+    found = await watch.step(NOW + DEVICES_EVERY_S + 5, ME)
+    assert devices.reads == 2  # the election's view, read a moment ago, is taken as it is
     assert [(m.trigger_id, m.last.cause) for m in found] == [("quiet", MissCause.OWNER_PRUNED)]
