@@ -37,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -339,14 +339,10 @@ async def run_spread(
                 "lag_of_every_start_so_far": lag_summary(lags),
             }
         await child.wait_size(base + groups * 10, limit_s=120.0)
-        spy = None
-        if py_spy is not None and kind == "anyrtd":
-            spy = start_py_spy(child.pid, py_spy / f"{sc.name}.txt")
-        w0 = await child.ask("stat", size=False)
-        await asyncio.sleep(sc.window_s)
-        w1 = await child.ask("stat", size=False)
-        if spy is not None:
-            stop_py_spy(spy)
+        with profiled(py_spy, kind, child.pid, sc.name):
+            w0 = await child.ask("stat", size=False)
+            await asyncio.sleep(sc.window_s)
+            w1 = await child.ask("stat", size=False)
         # Runs due in the window that a scheduler behind its schedule starts after it still
         # count: wait until it has started a run due after the window (or a period passed).
         deadline = time.monotonic() + sc.every_s + 5.0
@@ -407,18 +403,14 @@ async def run_burst(
             held_at = (await child.ask("add_once", prefix="burst", n=sc.n, at=at))["t"]
         setup_margin = at - held_at
         await asyncio.sleep(max(0.0, at - 0.5 - time.time()))
-        spy: subprocess.Popen[bytes] | None = None
-        if py_spy is not None and kind == "anyrtd":
-            spy = start_py_spy(child.pid, py_spy / f"{sc.name}.txt")
-        before = await child.ask("stat", size=False)
-        deadline = time.monotonic() + max(0.0, at - time.time()) + 180.0
-        while time.monotonic() < deadline:
-            st = await child.ask("stat", size=False)
-            if st["fires"] >= sc.n:
-                break
-            await asyncio.sleep(0.1)
-        if spy is not None:
-            stop_py_spy(spy)
+        with profiled(py_spy, kind, child.pid, sc.name):
+            before = await child.ask("stat", size=False)
+            deadline = time.monotonic() + max(0.0, at - time.time()) + 180.0
+            while time.monotonic() < deadline:
+                st = await child.ask("stat", size=False)
+                if st["fires"] >= sc.n:
+                    break
+                await asyncio.sleep(0.1)
         recorded: dict[str, Any] = {}
         if follower is not None:
             try:
@@ -498,6 +490,20 @@ def start_py_spy(pid: int, out: Path) -> subprocess.Popen[bytes] | None:
     )
 
 
+@contextlib.contextmanager
+def profiled(py_spy: Path | None, kind: str, pid: int, name: str) -> Iterator[None]:
+    """Profile anyrtd's child `pid` with py-spy into `py_spy/name.txt` over the block, when
+    asked (`--py-spy`); the peers are not profiled."""
+    spy = None
+    if py_spy is not None and kind == "anyrtd":
+        spy = start_py_spy(pid, py_spy / f"{name}.txt")
+    try:
+        yield
+    finally:
+        if spy is not None:
+            stop_py_spy(spy)
+
+
 def stop_py_spy(spy: subprocess.Popen[bytes]) -> None:
     """Stop py-spy (SIGINT): it writes what it sampled and exits."""
     spy.send_signal(signal.SIGINT)
@@ -532,14 +538,10 @@ async def run_idle(
                 )
         await asyncio.sleep(settle_s)
         mem = await child.ask("gc")
-        spy: subprocess.Popen[bytes] | None = None
-        if py_spy is not None and kind == "anyrtd":
-            spy = start_py_spy(child.pid, py_spy / f"{sc.name}.txt")
-        w0 = await child.ask("stat", size=False)
-        await asyncio.sleep(sc.window_s)
-        w1 = await child.ask("stat", size=False)
-        if spy is not None:
-            stop_py_spy(spy)
+        with profiled(py_spy, kind, child.pid, sc.name):
+            w0 = await child.ask("stat", size=False)
+            await asyncio.sleep(sc.window_s)
+            w1 = await child.ask("stat", size=False)
         out.update(
             {
                 "held": mem["size"] - base,
