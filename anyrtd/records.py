@@ -46,6 +46,14 @@ class Overlay:
     """The version of the server's record under these writes (the cache's)."""
     acks: set[int] = field(default_factory=set)
     """Every record version the server returned for these writes."""
+    writes: int = 0
+    """Writes laid so far, counted from 1: the number of the write that laid each key is in
+    `laid_by`."""
+    laid_by: dict[str, int] = field(default_factory=dict)
+    """For each key of `fields` and `unset`, the number of the write that last laid it."""
+    taken: list[tuple[int, int]] = field(default_factory=list)
+    """(writes acknowledged so far, the version the server gave the last of them), in the
+    order acknowledged: the server's record at that version or later has those writes."""
 
     def echoed_by(self, version: int) -> bool:
         """Return whether the record at `version` is the server's record under this overlay
@@ -54,6 +62,19 @@ class Overlay:
         if self.outstanding or version != self.acked_version or version <= self.base_version:
             return False
         return sum(1 for v in self.acks if v > self.base_version) == version - self.base_version
+
+    def shown(self, version: int) -> None:
+        """Let go of the keys of the writes the server's record at `version` already has
+        (acknowledged at or before it): that record says what they are now, another
+        device's later write included."""
+        through = max((n for n, v in self.taken if v <= version), default=0)
+        if not through:
+            return
+        for key in [k for k, n in self.laid_by.items() if n <= through]:
+            del self.laid_by[key]
+            self.fields.pop(key, None)
+            self.unset.discard(key)
+        self.taken = [(n, v) for n, v in self.taken if n > through]
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +205,7 @@ class RecordCache:
             del self._overlay[rid]
         elif overlay is not None:
             overlay.base_version = v
+            overlay.shown(v)
         self._store(rid, dict(record), None)
         return rid
 
@@ -293,12 +315,15 @@ class RecordCache:
         overlay = self._overlay.get(rid)
         if overlay is None:
             overlay = self._overlay[rid] = Overlay(base_version=self._version.get(rid, 0))
+        overlay.writes += 1
         for key, value in fields.items():
             overlay.fields[key] = value
             overlay.unset.discard(key)
+            overlay.laid_by[key] = overlay.writes
         for key in unset:
             overlay.fields.pop(key, None)
             overlay.unset.add(key)
+            overlay.laid_by[key] = overlay.writes
         overlay.outstanding += 1
         if rid in self._base:
             parsed = self.parsed.get(rid)
@@ -320,6 +345,7 @@ class RecordCache:
         if version is not None:
             overlay.acked_version = max(overlay.acked_version, version)
             overlay.acks.add(version)
+            overlay.taken.append((overlay.writes - overlay.outstanding, version))
         if overlay.outstanding == 0 and self._version.get(rid, 0) >= overlay.acked_version:
             del self._overlay[rid]
             if rid in self._base:
@@ -332,7 +358,9 @@ class RecordCache:
         overlay = self._overlay[rid]
         # Not a version the server returned: the record shown at it is read as it is.
         overlay.outstanding -= 1
-        overlay.acked_version = max(overlay.acked_version, self._version.get(rid, 0) + 1)
+        newer = self._version.get(rid, 0) + 1
+        overlay.acked_version = max(overlay.acked_version, newer)
+        overlay.taken.append((overlay.writes - overlay.outstanding, newer))
 
     def mark(self, rid: str) -> RecordMark:
         """Return what `rewind` needs to put `rid` back as it is now (before a write)."""
@@ -346,6 +374,9 @@ class RecordCache:
                 overlay.acked_version,
                 overlay.base_version,
                 set(overlay.acks),
+                overlay.writes,
+                dict(overlay.laid_by),
+                list(overlay.taken),
             )
         return RecordMark(self._version.get(rid), kept, self._base.get(rid), self.parsed.get(rid))
 
@@ -357,6 +388,7 @@ class RecordCache:
             self._overlay.pop(rid, None)
             if mark.overlay is not None:
                 self._overlay[rid] = mark.overlay
+                mark.overlay.shown(self._version.get(rid, 0))
             self._store(rid, record, text)
             return
         self._overlay.pop(rid, None)

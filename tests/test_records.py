@@ -316,6 +316,24 @@ def test_own_writes_shown_back_read_as_a_full_parse_of_the_shown_record(
         )
 
 
+def test_a_write_the_server_took_is_not_laid_over_another_device_s_later_write() -> None:
+    """Hypothesis's case: this device's write, taken at v2, stayed in the overlay under a new
+    write; another device set the field at v3. Shown v3, the cache must read v3's value,
+    and keep it when its own v4 comes back as an echo."""
+    cache = RecordCache()
+    cache.put(record(1, kind="once", spec={"at": 1_900_000_000}))
+    cache.write("t", {}, unset=[RollupField.LAST_STATUS])
+    cache.acked("t", 2)
+    cache.write("t", {RollupField.RUN_COUNT: 1})  # not sent yet
+    v3 = record(3, kind="once", spec={"at": 1_900_000_000}, lastStatus="ok")
+    cache.put(v3)
+    assert defn(cache).rollup.last_status == "ok"
+    assert defn(cache).rollup.run_count == 1  # the write not taken yet stays laid over
+    cache.acked("t", 4)
+    cache.put({**v3, "_v": 4, "runCount": 1})  # its own write shown back
+    assert defn(cache) == parse_record({**v3, "_v": 4, "runCount": 1})
+
+
 def test_an_acknowledged_write_shown_back_is_not_parsed_again_unless_another_write_came_between(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
