@@ -89,14 +89,15 @@ class DrainWake:
         if not self._settled:
             self._event.set()
 
-    async def wait(self, timeout: float) -> bool:  # noqa: ASYNC109 - the loop's retry period
-        """Wait for a reason to drain, at most `timeout`; return whether there is one."""
+    async def wait(self, retry_s: float) -> None:
+        """Wait for a reason to drain. While the last drain left writes unsent, that is the
+        next tick or `retry_s` (the loop's retry period), whichever comes first; once a
+        drain took all there was, a queued write alone: no timer of its own wakes an idle
+        daemon's outbox loop."""
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(None if self._settled else retry_s):
                 await self._event.wait()
-        kicked = self._event.is_set()
         self._event.clear()
-        return kicked or not self._settled
 
     def drained(self, result: DrainResult | None) -> None:
         """Note what the loop's drain did (None: it could not start, no datasets yet)."""

@@ -250,18 +250,29 @@ def test_the_client_encoder_refuses_what_no_server_could_take(body: dict[str, An
 # when the outbox loop drains
 
 
+async def woken(wake: DrainWake, retry_s: float = 0.0, within: float = 0.05) -> bool:
+    """Whether the drain wake's wait returns within `within` s (a wait that should not
+    return is given `retry_s` 0: only a wait for a queued write alone outlasts it)."""
+    try:
+        async with asyncio.timeout(within):
+            await wake.wait(retry_s=retry_s)
+    except TimeoutError:
+        return False
+    return True
+
+
 async def test_the_drain_wake_sleeps_once_a_drain_took_all_and_wakes_on_a_queued_write() -> None:
     wake = DrainWake()
-    assert await wake.wait(timeout=0.0)  # nothing drained yet: the loop drains at start
+    assert await woken(wake)  # nothing drained yet: the loop drains at start
     wake.drained(DrainResult(sent=3))
     wake.tick()
-    assert not await wake.wait(timeout=0.0)  # settled: a tick no longer wakes the loop
+    assert not await woken(wake)  # settled: neither a tick nor the retry period wakes it
     wake.queued()
-    assert await wake.wait(timeout=0.0)
+    assert await woken(wake)
     wake.queued()  # a write queued while the drain runs is not missed by its end
     wake.drained(DrainResult())
-    assert await wake.wait(timeout=0.0)
-    assert not await wake.wait(timeout=0.0)
+    assert await woken(wake)
+    assert not await woken(wake)
 
 
 @pytest.mark.parametrize(
@@ -269,14 +280,15 @@ async def test_the_drain_wake_sleeps_once_a_drain_took_all_and_wakes_on_a_queued
     [None, DrainResult(error="server away"), DrainResult(sent=50_000, more=True)],
     ids=["no datasets yet", "server away", "more than its rounds"],
 )
-async def test_a_drain_that_left_writes_unsent_is_tried_again_after_each_wait(
+async def test_a_drain_that_left_writes_unsent_is_tried_again_after_each_tick_and_retry_period(
     result: DrainResult | None,
 ) -> None:
     wake = DrainWake()
     wake.drained(result)
-    assert await wake.wait(timeout=0.0)
+    assert await woken(wake, retry_s=0.0)  # the retry period
+    assert not await woken(wake, retry_s=3600.0)
     wake.tick()
-    assert await wake.wait(timeout=0.0)
+    assert await woken(wake, retry_s=3600.0)  # a tick
 
 
 async def test_an_idle_daemon_leaves_its_outbox_alone_and_a_fire_still_reaches_the_server(
