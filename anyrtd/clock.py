@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -57,6 +58,29 @@ class Slice:
     def over(self) -> bool:
         """Tell whether the slice's time is spent."""
         return self._timer() >= self._end
+
+
+class Ticks:
+    """The ends of the daemon's ticks, for the loops that keep the tick's pace (the
+    notices' pass, the spaces loop). Waiting for a tick's end rather than on a timer of
+    their own, their work shares the tick's wake of the process: an idle daemon wakes
+    once a tick, not once a loop."""
+
+    def __init__(self) -> None:
+        self._ended = asyncio.Event()
+
+    def end(self) -> None:
+        """Note that a tick ended: whoever waits for it goes on."""
+        ended, self._ended = self._ended, asyncio.Event()
+        ended.set()
+
+    async def next(self, within: float) -> bool:
+        """Wait for the next tick's end, at most `within` s; return whether one came."""
+        ended = self._ended
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(within):
+                await ended.wait()
+        return ended.is_set()
 
 
 class SystemClock:

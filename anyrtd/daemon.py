@@ -21,7 +21,7 @@ from anyrtd.apply import SPREAD_STALL_S, Apply
 from anyrtd.chat import CHAT_WATCH_ONLY, ChatWatch
 from anyrtd.claims import Fence
 from anyrtd.client import ServerClient, ServerError, ServerUnavailable, Upsert
-from anyrtd.clock import Clock, Slice, SystemClock
+from anyrtd.clock import Clock, Slice, SystemClock, Ticks
 from anyrtd.config import Config
 from anyrtd.daemon_port import DaemonPort
 from anyrtd.election import AlwaysActive, Gate
@@ -85,6 +85,8 @@ class Daemon:
         self._reconciled_as: tuple[str | None, str | None] = (None, None)  # (verdict, peer id)
         self._dirty: set[str] = set()
         self._wake = asyncio.Event()
+        self.ticks = Ticks()
+        """The ends of the ticks, which the notices' pass and the spaces loop wait for."""
         self._outbox_wake = DrainWake()
         self._drain_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
@@ -167,6 +169,7 @@ class Daemon:
             runner=self.runner,
             stats=self.stats,
             port=self.port,
+            ticks=self.ticks,
             pace=self.ahead,
         )
         self.runner.install(CHAT_WATCH_PROGRAM, self.role.chat.converse, event_only=CHAT_WATCH_ONLY)
@@ -361,7 +364,7 @@ class Daemon:
             self.role.refresh_standing(ids, now, peer)
             self.role.hand_off(self.fence, now)
         await self.unit.commit_step(now)  # a full disk is waited out; a lock stalls the tick
-        self.role.after_tick()  # the chat watch, and the spaces event triggers follow
+        self.role.after_tick()  # the chat watch
         self.timer.rearm.set()
         self._outbox_wake.tick()
         if self.sync_stage.pending or self.apply.spreading:  # the next tick, after the timer's
@@ -370,6 +373,7 @@ class Daemon:
         self.last_tick_at = now
         self.last_tick_mono = self.clock.monotonic()
         self.stats.tick_duration.observe(time.perf_counter() - started)
+        self.ticks.end()  # the notices' pass and the spaces loop, in this wake of the process
 
     async def sync(self, wait: float = 0.0) -> int:
         """Take one step of the sync loop; return how many buffered changes a tick should
@@ -450,8 +454,11 @@ class Daemon:
     # the loops
 
     async def _tick_loop(self) -> None:
-        with contextlib.suppress(TimeoutError):  # a wake set during the last tick counts
-            await asyncio.wait_for(self._wake.wait(), timeout=self.config.tick_s)
+        # A wake set during the last tick counts. `asyncio.timeout`, not `wait_for`, which
+        # in 3.11 makes a task of the wait each tick.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.config.tick_s):
+                await self._wake.wait()
         self._wake.clear()
         # A tick holds the loop for milliseconds (with a slice of a spread or of a burst of
         # changes, tens), then the mirror for its commit, which a fire's commit would wait
@@ -478,8 +485,7 @@ class Daemon:
             self._wake.set()  # a new verdict or peer id (both read): the next tick reconciles all
 
     async def _outbox_loop(self) -> None:
-        if not await self._outbox_wake.wait(timeout=5.0):
-            return  # nothing queued since the last drain took all there was
+        await self._outbox_wake.wait(retry_s=5.0)
         await asyncio.sleep(WINDOW_S)  # let the writes of several batches gather
         result = await self.drain_outbox()
         self._outbox_wake.drained(result)

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 from anyrtd.claims import Fence
 from anyrtd.client import Dataset, ServerClient, ServerError, ServerUnavailable, Upsert
-from anyrtd.clock import Clock
+from anyrtd.clock import Clock, Ticks
 from anyrtd.config import CommandProgram, Config, NoticeSettings
 from anyrtd.election import Gate
 from anyrtd.mirror import AsyncMirror, Mirror
@@ -192,6 +192,7 @@ class Parts(Protocol):
     fence: Fence
     records: RecordCache
     timer: Timer
+    ticks: Ticks
 
     @property
     def client(self) -> ServerClient: ...
@@ -239,8 +240,16 @@ class Notices:
         return self.parts.config.notices
 
     async def loop(self) -> None:
-        """One turn of the loop: a tick's wait, then a pass."""
-        await asyncio.sleep(self.parts.config.tick_s)
+        """One turn of the loop: a pass at the end of the first tick half a tick period or
+        more after the last pass, in the tick's wake of the process (at most twice a period
+        while ticks come faster); or, when no tick ends for two periods (a tick held by the
+        mirror), on its own."""
+        tick_s = self.parts.config.tick_s
+        loop = asyncio.get_running_loop()  # its real time, as the tick's own wait
+        since = loop.time()
+        while await self.parts.ticks.next(within=2 * tick_s):
+            if loop.time() - since >= tick_s / 2:
+                break
         await self.step()
 
     async def step(self) -> None:

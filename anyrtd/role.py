@@ -9,7 +9,6 @@ offered to the chat watch (docs/events.md).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Iterable
 
@@ -18,7 +17,7 @@ from anyrtd.apply import Apply
 from anyrtd.chat import ChatWatch, current_generation, ensure_chat_watch
 from anyrtd.claims import Fence
 from anyrtd.client import Change, Dataset, Pace, ServerClient, ServerError, ServerUnavailable
-from anyrtd.clock import Clock
+from anyrtd.clock import Clock, Ticks
 from anyrtd.election import Gate
 from anyrtd.events import CHAT_DATASET, ChatMessage, LiveGate, event_target, fires, new_message
 from anyrtd.firing import Firing
@@ -39,7 +38,7 @@ FOLLOW_WAIT_S = 5.0
 naming meanwhile is followed from the next poll."""
 FOLLOW_IDLE_S = 60.0
 """The longest the spaces loop sleeps while no event trigger names a space to follow: the
-set of spaces changes only in a tick, and each tick wakes it (`after_tick`)."""
+set of spaces changes only in a tick, and each tick's end wakes it (`Ticks`)."""
 NO_FEED = "the server shows no change feed for it: no such space, or no feed there"
 
 
@@ -63,6 +62,7 @@ class Role:
         runner: Runner,
         stats: Stats,
         port: Port,
+        ticks: Ticks,
         pace: Pace | None = None,
     ) -> None:
         self.agent_name = agent_name
@@ -92,7 +92,9 @@ class Role:
         self.cursors: dict[str, int] = {}
         """Per other space an event trigger listens on, how far its change feed was read."""
         self._unfollowed: set[str] = set()
-        self._ticked = asyncio.Event()
+        self.ticks = ticks
+        """The ends of the daemon's ticks: the spaces loop waits for one while it follows no
+        space."""
 
     @property
     def chat_watch_id(self) -> str | None:
@@ -212,10 +214,8 @@ class Role:
         return True
 
     def after_tick(self) -> None:
-        """Tend the chat watch, and wake the spaces loop: what a tick reconciled may name a
-        new space to follow."""
+        """Tend the chat watch: what a tick reconciled may be its record."""
         self.tend_chat_watch()
-        self._ticked.set()
 
     def tend_chat_watch(self) -> None:
         """Connect the chat watch while this device holds an enabled, confirmed chat-watch."""
@@ -271,9 +271,7 @@ class Role:
             self.live.heads.pop(gone, None)
         self._unfollowed &= spaces
         if not spaces:
-            self._ticked.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._ticked.wait(), timeout=FOLLOW_IDLE_S)
+            await self.ticks.next(within=FOLLOW_IDLE_S)  # a tick may name a space
             return
         await asyncio.gather(*(self._follow(space, wait) for space in sorted(spaces)))
 
