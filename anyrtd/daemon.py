@@ -364,7 +364,7 @@ class Daemon:
             self.role.refresh_standing(ids, now, peer)
             self.role.hand_off(self.fence, now)
         await self.unit.commit_step(now)  # a full disk is waited out; a lock stalls the tick
-        self.role.after_tick()  # the chat watch
+        self.role.tend_chat_watch()  # what the tick reconciled may be its record
         self.timer.rearm.set()
         self._outbox_wake.tick()
         if self.sync_stage.pending or self.apply.spreading:  # the next tick, after the timer's

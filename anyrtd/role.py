@@ -213,10 +213,6 @@ class Role:
         self.sync.buffer(Change(0, triggers.object_id, triggers.name, rid, "update", dict(record)))
         return True
 
-    def after_tick(self) -> None:
-        """Tend the chat watch: what a tick reconciled may be its record."""
-        self.tend_chat_watch()
-
     def tend_chat_watch(self) -> None:
         """Connect the chat watch while this device holds an enabled, confirmed chat-watch."""
         cw = self.chat_watch_id
