@@ -20,16 +20,10 @@ async def test_a_tick_s_end_lets_every_waiter_go_on_and_a_later_waiter_waits_for
     ticks = Ticks()
     waiters = [asyncio.create_task(ticks.next(within=60.0)) for _ in range(3)]
     await asyncio.sleep(0)  # each waits on this tick's end
-    later: asyncio.Task[bool] | None = None
-
-    def end_then_wait() -> None:
-        nonlocal later
-        ticks.end()
-        later = asyncio.create_task(ticks.next(within=60.0))
-
-    end_then_wait()
+    ticks.end()
+    later = asyncio.create_task(ticks.next(within=60.0))  # begun after that end
     assert await asyncio.gather(*waiters) == [True, True, True]
-    assert later is not None and not later.done()
+    assert not later.done()
     ticks.end()
     assert await later
 
