@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import sqlite3
@@ -703,41 +704,89 @@ class Mirror:
         return int(result.rowcount or 0)
 
 
-def _upsert_sql(table: Table, key: str) -> str:
+SQL_PARAMS = 999
+"""The most parameters one statement of a commit binds: SQLite's limit before 3.32 (32,766
+since), so that any SQLite will do."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rows:
+    """An INSERT of many rows as few statements: the rows' values in one multi-row VALUES,
+    up to `SQL_PARAMS` parameters a statement.
+
+    Row by row (`executemany`), each row is a step of the statement, and each step lets go
+    of the GIL and takes it again; while the event loop's thread is busy, each take waits
+    up to the interpreter's switch interval (5 ms). A tick's commit of 571 rows then took
+    364 ms for 28 ms of CPU, and a start whose prepare's commit queued behind it came
+    475 ms late (the records fault family, docs/reliability.md). As one statement for up
+    to `SQL_PARAMS` parameters, the same rows take the GIL again a few times, not 571."""
+
+    head: str
+    """The statement up to VALUES."""
+    row: str
+    """One row's values: `(?, ?, 0)`."""
+    tail: str = ""
+    """What follows the rows (`ON CONFLICT …`)."""
+
+    @property
+    def per_statement(self) -> int:
+        """How many rows one statement takes."""
+        return max(1, SQL_PARAMS // self.row.count("?"))
+
+    def sql(self, rows: int) -> str:
+        """Return the statement for `rows` rows."""
+        return _values_sql(self.head, self.row, self.tail, rows)
+
+    def run(self, conn: Connection, rows: Sequence[Sequence[Any]]) -> None:
+        """Write `rows`, each a row's values in the order of its marks."""
+        for chunk in _chunks(rows, self.per_statement):
+            values = tuple(value for row in chunk for value in row)
+            conn.exec_driver_sql(self.sql(len(chunk)), values)
+
+
+@functools.cache
+def _values_sql(head: str, row: str, tail: str, rows: int) -> str:
+    return f"{head} VALUES {', '.join([row] * rows)}{tail}"
+
+
+def _upsert(table: Table, key: str) -> Rows:
     """Return the INSERT … ON CONFLICT DO UPDATE of every column of `table` but `key`."""
     cols = [c.name for c in table.c]
     sets = ", ".join(f"{c} = excluded.{c}" for c in cols if c != key)
-    marks = ", ".join("?" for _ in cols)
-    return (
-        f"INSERT INTO {table.name} ({', '.join(cols)}) VALUES ({marks}) "
-        f"ON CONFLICT ({key}) DO UPDATE SET {sets}"
+    return Rows(
+        f"INSERT INTO {table.name} ({', '.join(cols)})",
+        f"({', '.join('?' for _ in cols)})",
+        f" ON CONFLICT ({key}) DO UPDATE SET {sets}",
     )
 
 
 # The statements a step's commit runs, written once: built and compiled by SQLAlchemy on
 # every commit, they cost more CPU than the rows they write (issue 13, item 3).
 _RECORD_COLS = ("id", "version", "record", "seen_at")
-_UPSERT_RECORD = (
-    f"INSERT INTO trigger_records ({', '.join(_RECORD_COLS)}) VALUES (?, ?, ?, ?) "
-    "ON CONFLICT (id) DO UPDATE SET version = excluded.version, record = excluded.record, "
-    "seen_at = excluded.seen_at"
+_UPSERT_RECORD = Rows(
+    f"INSERT INTO trigger_records ({', '.join(_RECORD_COLS)})",
+    "(?, ?, ?, ?)",
+    " ON CONFLICT (id) DO UPDATE SET version = excluded.version, record = excluded.record, "
+    "seen_at = excluded.seen_at",
 )
-_UPSERT_ENTRY = _upsert_sql(entries_table, "trigger_id")
-_UPSERT_RUN = _upsert_sql(runs_table, "run_id")
-_INSERT_OUTBOX = (
+_UPSERT_ENTRY = _upsert(entries_table, "trigger_id")
+_UPSERT_RUN = _upsert(runs_table, "run_id")
+_INSERT_OUTBOX = Rows(
     "INSERT INTO outbox (dataset, record_id, fields, unset, created_at, attempts, last_error, "
-    "set_aside_at, if_version) VALUES (?, ?, ?, ?, ?, 0, NULL, NULL, ?)"
+    "set_aside_at, if_version)",
+    "(?, ?, ?, ?, ?, 0, NULL, NULL, ?)",
 )
 _PENDING_OUTBOX = (
     "SELECT seq, dataset, record_id, fields, unset, attempts, if_version FROM outbox "
     "WHERE set_aside_at IS NULL ORDER BY seq LIMIT ?"
 )
-_INSERT_TOMBSTONE = (
-    "INSERT INTO tombstones (id, deleted_at) VALUES (?, ?) ON CONFLICT (id) DO NOTHING"
+_INSERT_TOMBSTONE = Rows(
+    "INSERT INTO tombstones (id, deleted_at)", "(?, ?)", " ON CONFLICT (id) DO NOTHING"
 )
-_UPSERT_META = (
-    "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET "
-    "value = excluded.value"
+_UPSERT_META = Rows(
+    "INSERT INTO meta (key, value)",
+    "(?, ?)",
+    " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
 )
 
 
@@ -746,28 +795,28 @@ def _write_batch(conn: Connection, batch: Batch, now: float) -> None:
     # started and then closed in one batch is written once.
     if batch.records:
         records = _last_of(batch.records, lambda r: r[0])
-        conn.exec_driver_sql(_UPSERT_RECORD, [(i, v, _dumps(r), now) for i, v, r in records])
+        _UPSERT_RECORD.run(conn, [(i, v, _dumps(r), now) for i, v, r in records])
     for chunk in _chunks(batch.forget_records, 500):
         conn.execute(delete(records_table).where(records_table.c.id.in_(chunk)))
     if batch.entries:
         entries = _last_of(batch.entries, lambda e: e.trigger_id)
-        conn.exec_driver_sql(_UPSERT_ENTRY, [_entry_values(e) for e in entries])
+        _UPSERT_ENTRY.run(conn, [_entry_values(e) for e in entries])
     for chunk in _chunks(batch.evict, 500):
         conn.execute(delete(entries_table).where(entries_table.c.trigger_id.in_(chunk)))
     if batch.tombstones:
-        conn.exec_driver_sql(_INSERT_TOMBSTONE, [(i, now) for i in batch.tombstones])
+        _INSERT_TOMBSTONE.run(conn, [(i, now) for i in batch.tombstones])
     if batch.runs:
         runs = _last_of(batch.runs, lambda r: r.run_id)
-        conn.exec_driver_sql(_UPSERT_RUN, [_run_values(r) for r in runs])
+        _UPSERT_RUN.run(conn, [_run_values(r) for r in runs])
     for chunk in _chunks(batch.drop_runs, 500):
         conn.execute(delete(runs_table).where(runs_table.c.run_id.in_(chunk)))
     if batch.outbox:
-        conn.exec_driver_sql(
-            _INSERT_OUTBOX,
+        _INSERT_OUTBOX.run(
+            conn,
             [(d, i, _dumps(f), _dumps(list(u)), now, v) for i, f, u, v, d, _, _ in batch.outbox],
         )
     if batch.meta:
-        conn.exec_driver_sql(_UPSERT_META, list(batch.meta.items()))
+        _UPSERT_META.run(conn, list(batch.meta.items()))
 
 
 _NEWEST_START = (
