@@ -234,7 +234,7 @@ class Apply:
         self._claims_ready = False
         if len(unconfirmed) <= CONFIRM_SLICE:
             return set(unconfirmed)
-        pending, entries = self.records.pending_owner(), self.registry.entries
+        pending, entries = self.records.pending_owner(unconfirmed), self.registry.entries
         due = now - self.confirm_after
         ready = [
             rid
@@ -346,7 +346,8 @@ class Apply:
         )
         if fence is not None:
             ctx = replace(ctx, may_claim=fence.may_claim(now), mine=fence.mine, seen=fence.seen)
-        plan = reconcile(ids, self.records.parsed, views, ctx, self.records.pending_owner())
+        pending = self.records.pending_owner(ids)
+        plan = reconcile(ids, self.records.parsed, views, ctx, pending)
         for action in plan:
             self.apply(action, now, peer_id)
         if self.unsettled:

@@ -403,9 +403,12 @@ class RecordCache:
             self._parsed[rid] = mark.parsed
         self._changed.add(rid)
 
-    def pending_owner(self) -> set[str]:
-        """Return the ids whose owner stamp this device wrote and has not seen back."""
-        return {rid for rid, o in self._overlay.items() if "owner" in o.fields}
+    def pending_owner(self, ids: Iterable[str]) -> set[str]:
+        """Return those of `ids` whose owner stamp this device wrote and has not seen back
+        (a look per id: the overlay holds thousands while a barrage's claims are on their
+        way, and a tick reconciles a hundred ids at a time)."""
+        overlay = self._overlay
+        return {rid for rid in ids if (o := overlay.get(rid)) is not None and "owner" in o.fields}
 
     def _base_record(self, rid: str) -> tuple[dict[str, Any], str | None]:
         """Return the server's view of `rid` as a record, with its JSON text if kept."""

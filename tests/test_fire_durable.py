@@ -149,7 +149,7 @@ async def test_a_fire_that_cannot_be_committed_leaves_no_trace_and_fires_late_on
     assert (once.consumed, once.enabled, once.next_fire) == (False, True, T0 - 1)
     assert stage.entry("tick").row.next_fire == cron_due
     assert stage.record("shot").rollup.last_run_at is None and stage.record("shot").enabled
-    assert stage.records.pending_owner() == set()
+    assert stage.records.pending_owner(["shot", "tick"]) == set()
     assert stage.stats.fires == 0
     assert stage.registry.last_fired == {}
     # The fire's writes are out of the pending batch; the step's own stay, for the next commit.

@@ -48,7 +48,7 @@ def test_an_own_write_shows_at_once_and_the_server_view_stays_readable() -> None
     cache.write("t", {"owner": "me"})
     assert defn(cache).owner == "me"
     assert cache.raw("t") is not None and cache.raw("t")["owner"] == ""  # type: ignore[index]
-    assert cache.pending_owner() == {"t"}
+    assert cache.pending_owner(["t"]) == {"t"}
 
 
 def test_a_stale_full_read_cannot_undo_an_unacknowledged_write() -> None:
@@ -64,9 +64,9 @@ def test_the_overlay_goes_once_the_server_shows_the_acknowledged_version() -> No
     cache.put(record(1))
     cache.write("t", {"owner": "me"})
     cache.acked("t", 2)
-    assert cache.pending_owner() == {"t"}  # acknowledged, not yet seen back
+    assert cache.pending_owner(["t"]) == {"t"}  # acknowledged, not yet seen back
     cache.put(record(2, owner="me"))
-    assert cache.pending_owner() == set()
+    assert cache.pending_owner(["t"]) == set()
     assert defn(cache).owner == "me"
 
 
@@ -132,7 +132,7 @@ def test_a_dropped_record_is_gone_with_its_overlay() -> None:
     cache.put(record(1))
     cache.write("t", {"owner": "me"})
     assert cache.drop("t") is True
-    assert "t" not in cache and cache.pending_owner() == set() and cache.raw("t") is None
+    assert "t" not in cache and cache.pending_owner(["t"]) == set() and cache.raw("t") is None
     assert cache.drop("t") is False
 
 

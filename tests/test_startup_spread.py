@@ -96,7 +96,7 @@ def test_a_write_over_a_record_not_parsed_yet_is_the_write_over_a_parsed_one() -
     for rid in ("e", "c", "o"):
         assert comparable(lazy.parsed[rid]) == comparable(eager.parsed[rid]), rid
         assert lazy.raw(rid) == eager.raw(rid)
-    assert lazy.pending_owner() == eager.pending_owner()
+    assert lazy.pending_owner("eco") == eager.pending_owner("eco")
 
 
 def test_a_newer_record_or_a_deletion_replaces_a_record_not_parsed_yet() -> None:
