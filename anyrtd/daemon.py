@@ -350,7 +350,10 @@ class Daemon:
         """Apply what sync read, reconcile the registry on it, and persist what changed."""
         started = time.perf_counter()
         now = self.clock.now()
-        self._dirty |= self.sync_stage.apply_buffered(TICK_CHANGES, Slice())
+        # One slice of the loop's time for the tick's work: the changes sync read, then
+        # what the reconcile reaches (each takes at least one piece, so both go on).
+        within = Slice()
+        self._dirty |= self.sync_stage.apply_buffered(TICK_CHANGES, within)
         verdict = self.gate.verdict
         if self.fence.follow(verdict == Verdict.ACTIVE, self.gate.term, now):
             self._reconciled_as = (None, None)  # claiming may start or resume: reconcile all
@@ -360,7 +363,7 @@ class Daemon:
         ids, self._dirty = self._dirty, set()
         if (peer := self.peer_id) is not None:
             self.role.follow_verdict(verdict, now, peer)
-            ids = self.apply.step(ids, now, verdict, peer, Slice())  # and a slice of all
+            ids = self.apply.step(ids, now, verdict, peer, within)
             self.role.refresh_standing(ids, now, peer)
             self.role.hand_off(self.fence, now)
         await self.unit.commit_step(now)  # a full disk is waited out; a lock stalls the tick
