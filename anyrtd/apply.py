@@ -13,6 +13,7 @@ the spread reached it is reconciled as it comes due (`settle_due`, from the time
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
@@ -56,10 +57,13 @@ came back first, the others in turn. Chosen: 6,667 claims of broken records, rec
 every step, cost 55 ms a tick while their stamps were on their way and 0.3 s in one tick
 once they came back; 1,000 confirmed in a step, about 55 ms."""
 STEP_CHUNK = 100
-"""Ids a step reconciles between two looks at its slice of the loop's time
-(`clock.LOOP_SLICE_S`): a hundred ordinary ones take about 2.5 ms, a hundred records of
-megabytes far longer (the records fault family: 500 claims of broken records confirmed in
-one tick held a start for 0.36 s)."""
+"""The most ids a step reconciles between two looks at its slice of the loop's time
+(`clock.LOOP_SLICE_S`): a hundred ordinary ones take about 2.5 ms."""
+CHUNK_S = 0.005
+"""About how long a chunk of a step's ids takes: fewer than `STEP_CHUNK` ids when each costs
+more (`Apply.per_id_s`). A hundred records of megabytes take far longer (the records fault
+family: 16-37 ms a hundred claims of broken records, so that a tick held the loop for up to
+75 ms); chunks of about 5 ms keep a step within its slice by that much at most."""
 SPREAD_STALL_S = 0.06
 """About the longest a tick with a slice holds the event loop: it waits for a start due
 sooner to pass (`Timer.clear_of`).
@@ -115,6 +119,9 @@ class Apply:
         self._pull_back: set[str] = set()
         """Restored recurring entries whose check for a clock stepped back is owed: made at
         their first reconcile, which reads their definitions."""
+        self.per_id_s = 0.0
+        """How long reconciling an id takes, measured on the last chunks (`_reconcile_within`):
+        it rises at once to a chunk that cost more and falls back a fifth of the way."""
 
     @gc_paused()  # 100,000 entries at start: anyrtd/heap.py
     def restore(
@@ -266,7 +273,7 @@ class Apply:
     ) -> set[str]:
         """Reconcile `ids` (what changed; past `CONFIRM_SLICE` of them, the rest joins the
         spread reconcile), the claims not confirmed yet (`_claims`) and the next slice of a
-        spread reconcile, `STEP_CHUNK` ids at a time until `within` is over (what is left
+        spread reconcile, a chunk at a time until `within` is over (what is left
         joins the spread reconcile too); return every id reconciled. The verdict is noted
         in the mirror once a spread is done: the mirror then holds a whole reconcile under
         it (`Daemon.open`)."""
@@ -295,23 +302,29 @@ class Apply:
     def _reconcile_within(
         self, ids: set[str], now: float, verdict: str, peer_id: str, within: Slice | None
     ) -> set[str]:
-        """Reconcile `ids`, `STEP_CHUNK` at a time until `within` is over; the ids not
-        reached join the spread reconcile, reconciled in the next steps, or as they come
-        due. Return the ids reconciled."""
-        if within is None or len(ids) <= STEP_CHUNK:
+        """Reconcile `ids` a chunk at a time (`CHUNK_S` of them at the measured cost of an
+        id, at most `STEP_CHUNK`) until `within` is over; the ids not reached join the
+        spread reconcile, reconciled in the next steps, or as they come due. Return the ids
+        reconciled."""
+        if within is None:
             self.records.parse_many(ids)
             self.reconcile(ids, now, verdict, peer_id)
             return ids
-        order = list(ids)
-        for at in range(0, len(order), STEP_CHUNK):
+        order, at = list(ids), 0
+        while at < len(order):
             if at and within.over():
                 rest = order[at:]  # some may have left the spread's ids this step: put back
                 self.unsettled.update(rest)
                 self._todo.extend(rest)
                 return set(order[:at])
-            chunk = order[at : at + STEP_CHUNK]
+            size = STEP_CHUNK if self.per_id_s <= 0.0 else int(CHUNK_S / self.per_id_s)
+            chunk = order[at : at + min(STEP_CHUNK, max(1, size))]
+            began = time.perf_counter()
             self.records.parse_many(chunk)
             self.reconcile(chunk, now, verdict, peer_id)
+            took = (time.perf_counter() - began) / len(chunk)
+            self.per_id_s = max(took, self.per_id_s + 0.2 * (took - self.per_id_s))
+            at += len(chunk)
         return ids
 
     def settle_due(self, due: float) -> None:
@@ -500,4 +513,4 @@ def _share(row: EntryRow, defn: TriggerDef) -> None:
         row.fingerprint = defn.fingerprint
 
 
-__all__ = ["CONFIRM_SLICE", "SPREAD_SLICE", "SPREAD_STALL_S", "STEP_CHUNK", "Apply"]
+__all__ = ["CHUNK_S", "CONFIRM_SLICE", "SPREAD_SLICE", "SPREAD_STALL_S", "STEP_CHUNK", "Apply"]

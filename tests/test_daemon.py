@@ -553,3 +553,20 @@ async def test_a_step_reconciles_chunks_till_its_slice_ends_and_leaves_the_rest_
         await h.tick()
     ours = {tid for tid in daemon.registry.entries if tid.startswith("t")}
     assert sorted(ours) == [f"t{n:02d}" for n in range(10)]
+
+
+async def test_a_step_sizes_its_chunks_by_what_an_id_was_measured_to_cost(h: Node) -> None:
+    """Ids that cost more (records of megabytes: 16-37 ms a hundred) come in smaller
+    chunks, about `CHUNK_S` each at the measured cost of an id, so that a step overruns its
+    slice of the loop by that much at most; the measure follows what the chunks cost."""
+    upserts = [Upsert(id=f"t{n:02d}", fields={"owner": h.me, **cron()}) for n in range(10)]
+    await h.user.upsert(h.triggers, upserts)
+    daemon = h.daemon
+    await daemon.sync()
+    changed = {rid for rid in daemon.sync_stage.apply_buffered() if rid.startswith("t")}
+    verdict, peer = daemon.gate.verdict, daemon.peer_id
+    assert peer is not None
+    daemon.apply.per_id_s = apply.CHUNK_S / 4  # as if the last chunks cost that: four ids
+    done = daemon.apply.step(changed, h.clock.now(), verdict, peer, Slice(0.0))
+    assert len(done) == 4 and daemon.apply.spreading
+    assert daemon.apply.per_id_s < apply.CHUNK_S / 4  # ordinary ids cost far less
