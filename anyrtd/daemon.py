@@ -422,8 +422,7 @@ class Daemon:
         """Wait for a start due sooner than `work_s` of the event loop, then a commit, would
         hold it up: twice the mirror's recent slowest call (`AsyncMirror.slow_s`), the work's
         commit and the fire's that would queue behind it."""
-        lane = self.db.slow_s if self.db is not None else 0.0
-        await self.timer.clear_of(work_s + 2 * lane)
+        await self.timer.clear_of(work_s + 2 * self.unit.wait_s())
 
     async def give_way(self) -> None:
         """Let a start due soon pass, then the event loop's other work take a turn (between

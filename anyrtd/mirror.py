@@ -1012,10 +1012,11 @@ class AsyncMirror:
         self._aside_at = -1  # the writes set aside, at `Mirror.outbox_changes`
         self.slow_s = 0.0
         """How long a call may take now, its wait for the thread included: the slowest
-        recent one, falling back a fifth of the way at each faster one. Bulk work waits for
-        a start due sooner than that (`Daemon.clear_of_commit`): a fire's commit queued
-        behind it would make the start late (1.5 ms on an idle disk; up to 0.5 s while
-        another process wrote 26 MB to it, the records fault family)."""
+        recent one, falling back a fifth of the way at each faster one (`Unit.wait_s`). Bulk
+        work waits for a start due sooner than twice that (`Daemon.clear_of_commit`), and a
+        batch is prepared that much earlier (`Lead.of`): a fire's commit queued behind a
+        call would make the start late (1.5 ms on an idle disk; 40-150 ms under the records
+        fault family's barrage)."""
 
     async def call(self, fn: Callable[[Mirror], T]) -> T:
         """Run `fn(mirror)` on the mirror's thread and return its result.

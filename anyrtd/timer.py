@@ -142,10 +142,11 @@ class Lead:
         """Return how long a batch of `runs` is expected to take to prepare and commit."""
         return self.commit_s + self.per_run_s * runs
 
-    def of(self, runs: int) -> float:
-        """Return how far ahead of its due time a batch of `runs` is prepared."""
+    def of(self, runs: int, wait_s: float = 0.0) -> float:
+        """Return how far ahead of its due time a batch of `runs` is prepared, when its
+        commit may first wait `wait_s` for the mirror's call in flight (`Unit.wait_s`)."""
         cap = LEAD_MAX_S + LEAD_MAX_PER_RUN_S * runs
-        return min(cap, LEAD_MIN_S + LEAD_FACTOR * self.expect(runs))
+        return min(cap, LEAD_MIN_S + wait_s + LEAD_FACTOR * self.expect(runs))
 
     def note(self, runs: int, prepare_s: float, commit_s: float) -> None:
         """Note how long a batch of `runs` took to prepare and to commit. A small batch tells
@@ -315,7 +316,7 @@ class Timer:
             return
         elif due is not None:
             runs = self.registry.count_due(due)
-            at = due - self.lead.of(runs)
+            at = due - self.lead.of(runs, self.unit.wait_s())
             if at > now:
                 wake.append(at)
             # Not while the prepare would hold up the start of a batch prepared already: it

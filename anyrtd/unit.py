@@ -171,6 +171,11 @@ class Unit(Writes):
             await self.db.close()
             self.db = None
 
+    def wait_s(self) -> float:
+        """Return how long a commit may have to wait for the mirror's call in flight: its
+        recent slowest (`AsyncMirror.slow_s`); 0 while it is closed."""
+        return self.db.slow_s if self.db is not None else 0.0
+
     def fire(self) -> Writes:
         """Return a new unit of work for one fire's writes (`commit_fire`)."""
         return Writes(self.records, rewind=True)

@@ -504,6 +504,27 @@ def test_a_slower_commit_raises_the_lead_at_once_and_faster_ones_bring_it_back_s
     assert lead.of(1) == pytest.approx(calm, abs=0.001)
 
 
+async def test_a_batch_is_prepared_earlier_by_the_wait_for_a_slow_mirror_call(
+    stage: Stage,
+) -> None:
+    """A prepare's commit queues behind the mirror's call in flight (under a barrage of
+    records, a tick's commit took up to 0.4 s): the batch is prepared earlier by the
+    mirror's recent slowest call (`Unit.wait_s`), so that its commit is still done in time."""
+    stage.adopt(CRON)
+    due = stage.registry.next_due()
+    assert due is not None
+    assert stage.timer.lead.of(1, wait_s=0.3) == pytest.approx(stage.timer.lead.of(1) + 0.3)
+    stage.clock.set(due - stage.timer.lead.of(1) - 0.2)
+    with pytest.raises(TimeoutError):  # a lead away, not yet
+        async with asyncio.timeout(0.1):
+            await stage.timer.step()
+    assert stage.timer.prepared == []
+    stage.db.slow_s = 0.3
+    assert stage.unit.wait_s() == 0.3
+    await stage.timer.step()  # the lead and the wait away: now
+    assert [batch.due for batch in stage.timer.prepared] == [due]
+
+
 async def test_a_wall_clock_stepped_back_cancels_what_was_prepared_under_the_later_clock(
     stage: Stage,
 ) -> None:
