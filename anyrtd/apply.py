@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
 from anyrtd.claims import Fence
-from anyrtd.clock import Clock, Slice, SystemClock
+from anyrtd.clock import Clock, Slice, SystemClock, rise_at_once
 from anyrtd.heap import gc_paused, keep_built
 from anyrtd.metrics import Stats
 from anyrtd.model import Malformed, TriggerDef, health_marker, stand_in
@@ -323,7 +323,7 @@ class Apply:
             self.records.parse_many(chunk)
             self.reconcile(chunk, now, verdict, peer_id)
             took = (time.perf_counter() - began) / len(chunk)
-            self.per_id_s = max(took, self.per_id_s + 0.2 * (took - self.per_id_s))
+            self.per_id_s = rise_at_once(self.per_id_s, took)
             at += len(chunk)
         return ids
 

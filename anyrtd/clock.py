@@ -39,6 +39,13 @@ Chosen: a tick also reconciles a slice (about 25 ms, `SPREAD_SLICE`) and commits
 of work; 20 ms of changes leaves those within the bound with a margin."""
 
 
+def rise_at_once(held: float, seen: float) -> float:
+    """Return a measure `held` after `seen`: at once up to a larger one, a fifth of the way
+    down to a smaller one (a start late is worse than work done early, and a slow disk or a
+    busy loop is slow for a while, not once)."""
+    return max(seen, held + 0.2 * (seen - held))
+
+
 class Slice:
     """A stretch of the event loop's time for one piece of sliced work: the work asks
     `over()` between items and leaves the rest for its next turn.

@@ -50,6 +50,7 @@ from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from anyrtd.client import Upsert
+from anyrtd.clock import rise_at_once
 from anyrtd.heap import gc_paused
 from anyrtd.mirror_guard import (
     AT_RISK,
@@ -1035,7 +1036,7 @@ class AsyncMirror:
             raise
         finally:
             took = time.perf_counter() - began
-            self.slow_s = max(took, self.slow_s + 0.2 * (took - self.slow_s))
+            self.slow_s = rise_at_once(self.slow_s, took)
 
     async def outbox_depth(self) -> int:
         """Return `Mirror.outbox_depth`, counted again only once the outbox changed

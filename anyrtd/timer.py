@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from anyrtd import lifecycle
-from anyrtd.clock import Clock, SystemClock
+from anyrtd.clock import Clock, SystemClock, rise_at_once
 from anyrtd.firing import Firing, Prepared
 from anyrtd.heap import gc_paused
 from anyrtd.logs import iso_time
@@ -157,12 +157,11 @@ class Lead:
         for a while, not once (1.5 ms on an idle disk; 40-90 ms, then 0.35 s, while another
         process wrote 26 MB to the same disk in the records fault family)."""
         if runs <= LEAD_SMALL_BATCH:
-            eased = self.commit_s + 0.2 * (commit_s - self.commit_s)
-            self.commit_s = max(commit_s, eased) if self._seen else commit_s
+            self.commit_s = rise_at_once(self.commit_s, commit_s) if self._seen else commit_s
             self._seen = True
             return
         per_run = (prepare_s + max(0.0, commit_s - self.commit_s)) / runs
-        self.per_run_s = max(per_run, self.per_run_s + 0.2 * (per_run - self.per_run_s))
+        self.per_run_s = rise_at_once(self.per_run_s, per_run)
 
 
 class Ahead:
