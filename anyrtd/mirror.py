@@ -923,6 +923,13 @@ def _on_connect(dbapi_conn: sqlite3.Connection, record: ConnectionPoolEntry) -> 
     cur.execute("PRAGMA synchronous=FULL")
     cur.execute("PRAGMA busy_timeout=5000")
     cur.execute("PRAGMA foreign_keys=ON")
+    # A multi-row statement (`Rows`) after another write in a transaction keeps a statement
+    # journal, to undo itself alone should it fail; past 64 KiB SQLite moves that journal
+    # into a temporary file, opened, unlinked and closed again by the statement: 757 files
+    # a minute at 10,000 runs a minute, the part of the mirror thread's system time that
+    # single-row statements did not have (docs/benchmarks.md, "Before and after issue 22").
+    # Kept in memory, a journal is at most one statement's pages: `SQL_PARAMS` values.
+    cur.execute("PRAGMA temp_store=MEMORY")
     cur.close()
 
 
