@@ -383,14 +383,15 @@ class Timer:
         runs = len(batch.launches)
         took = time.perf_counter() - began
         self.lead.note(runs, took - self.firing.last_commit_s, self.firing.last_commit_s)
-        log.debug(
-            "prepared %d runs due at %s in %.1f ms (its commit %.1f ms), %.1f ms ahead of it",
-            runs,
-            iso_time(due),
-            took * 1000,
-            self.firing.last_commit_s * 1000,
-            (due - self.clock.now()) * 1000,
-        )
+        if log.isEnabledFor(logging.DEBUG):  # its time's formatting is a local-time lookup
+            log.debug(
+                "prepared %d runs due at %s in %.1f ms (its commit %.1f ms), %.1f ms ahead of it",
+                runs,
+                iso_time(due),
+                took * 1000,
+                self.firing.last_commit_s * 1000,
+                (due - self.clock.now()) * 1000,
+            )
         self.prepared.append(batch)
         self.prepared.sort(key=lambda p: p.due)
 
