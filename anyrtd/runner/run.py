@@ -106,7 +106,7 @@ class Launch:
         self.program: Program | Exception | None = None
         """The program found, None when none is installed, or the runner's own failure."""
         self.call: Callable[[], Coroutine[Any, Any, Any]] | None = None
-        """An in-process program's call, made a task when the run starts."""
+        """An in-process program's call, made a task when the run starts (and let go then)."""
         self.generation = generation
         """The runner's `generation` it was made ready in."""
         self.stop: asyncio.Future[str] = asyncio.get_running_loop().create_future()
@@ -325,9 +325,13 @@ class Runner:
             )
         self._flights.add(launch)
         task: asyncio.Task[Any] | Exception | None = None
-        if launch.call is not None and not isinstance(launch.program, Exception):
+        # The call is handed to its task, not kept: it holds its launch, and kept, the two
+        # would hold each other, a cycle of some 23 objects a run that only the collector's
+        # passes free (docs/benchmarks.md, "Before and after issue 22").
+        call, launch.call = launch.call, None
+        if call is not None and not isinstance(launch.program, Exception):
             try:
-                task = asyncio.create_task(launch.call(), name=f"anyrtd-run-{launch.row.run_id}")
+                task = asyncio.create_task(call(), name=f"anyrtd-run-{launch.row.run_id}")
             except Exception as exc:  # a bug of the runner itself: reported by the coroutine
                 task = exc
         return self._finish(launch, task)
