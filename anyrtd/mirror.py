@@ -927,8 +927,9 @@ def _on_connect(dbapi_conn: sqlite3.Connection, record: ConnectionPoolEntry) -> 
     # journal, to undo itself alone should it fail; past 64 KiB SQLite moves that journal
     # into a temporary file, opened, unlinked and closed again by the statement: 757 files
     # a minute at 10,000 runs a minute, the part of the mirror thread's system time that
-    # single-row statements did not have (docs/benchmarks.md, "Before and after issue 22").
-    # Kept in memory, a journal is at most one statement's pages: `SQL_PARAMS` values.
+    # single-row statements did not have (docs/benchmarks.md, "Where issue 22's spread CPU
+    # went"). In memory, a journal holds at most the pages one statement of `SQL_PARAMS`
+    # values changes.
     cur.execute("PRAGMA temp_store=MEMORY")
     cur.close()
 

@@ -327,7 +327,7 @@ class Runner:
         task: asyncio.Task[Any] | Exception | None = None
         # The call is handed to its task, not kept: it holds its launch, and kept, the two
         # would hold each other, a cycle of some 23 objects a run that only the collector's
-        # passes free (docs/benchmarks.md, "Before and after issue 22").
+        # passes free (docs/benchmarks.md, "Where issue 22's spread CPU went").
         call, launch.call = launch.call, None
         if call is not None and not isinstance(launch.program, Exception):
             try:
