@@ -18,6 +18,7 @@ from support import async_wait_until, run_of
 from anyrtd.client import ServerClient, ServerUnavailable
 from anyrtd.clock import FakeClock, SystemClock
 from anyrtd.config import CommandProgram
+from anyrtd.heap import gc_paused
 from anyrtd.program import ProgramContext, ProgramFn, RunOutcome
 from anyrtd.rows import RunRow
 from anyrtd.runner import Runner
@@ -231,10 +232,8 @@ async def test_a_finished_run_is_freed_without_the_collector(make_runner: MakeRu
         return {"title": "went"}
 
     runner = make_runner(programs={"x:went@v1": main})
-    was_enabled = gc.isenabled()
     gc.collect()
-    gc.disable()
-    try:
+    with gc_paused():
         before = launches()
         launch = runner.ready(*request("x:went@v1", {"n": 1}))
         outcome = await runner.go(launch)
@@ -242,9 +241,6 @@ async def test_a_finished_run_is_freed_without_the_collector(make_runner: MakeRu
         await asyncio.sleep(0)  # the run's task lets go of its frames
         assert outcome.status == "ok"
         assert launches() == before
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 async def test_a_run_made_ready_before_the_program_table_changed_is_made_ready_again(
