@@ -265,10 +265,13 @@ class Unit(Writes):
 def _merged(first: Batch, then: Batch) -> Batch:
     """Return one batch holding the writes of `first`, then those of `then`."""
     out = Batch(meta={**first.meta, **then.meta})
-    for f in dataclasses.fields(Batch):
-        if f.name != "meta":
-            setattr(out, f.name, [*getattr(first, f.name), *getattr(then, f.name)])
+    for name in _LISTS:
+        setattr(out, name, [*getattr(first, name), *getattr(then, name)])
     return out
+
+
+_LISTS = tuple(f.name for f in dataclasses.fields(Batch) if f.name != "meta")
+"""A batch's lists of writes (its fields but `meta`): looked up once, not for each merge."""
 
 
 def _first_line(exc: BaseException) -> str:
