@@ -43,7 +43,6 @@ from sqlalchemy import (
     or_,
     select,
     text,
-    update,
 )
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import ExceptionContext
@@ -273,17 +272,33 @@ class Mirror:
         self.engine.dispose()
 
     @contextlib.contextmanager
-    def _writing(self) -> Iterator[Connection]:
-        """One transaction on the kept connection; a failure closes it (the next one opens
-        another, whatever state the failure left it in)."""
+    def _writing(self) -> Iterator[sqlite3.Cursor]:
+        """One transaction on the kept connection, its statements run on the SQLite
+        connection itself; a failure closes it (the next one opens another, whatever state
+        the failure left it in). A SQLite error that says the mirror is lost, damaged or
+        cannot be written is raised as its `MirrorFault`, as `_on_error` does for the
+        statements that go through SQLAlchemy.
+
+        Not through SQLAlchemy: its transaction, its `begin` event and its execution of
+        each statement were about half of the mirror thread's Python in a spread, some
+        40 µs a fire (docs/benchmarks.md, "Where issue 22's spread CPU went")."""
         conn = self._writer
         if conn is None or conn.closed or conn.invalidated:
             conn = self._writer = self.engine.connect()
+        raw = conn.connection.driver_connection
+        assert isinstance(raw, sqlite3.Connection)
         try:
-            with conn.begin():
-                yield conn
-        except BaseException:
-            self._drop_writer()
+            self.check_file()
+            cur = raw.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            yield cur
+            cur.execute("COMMIT")
+        except BaseException as exc:
+            self._drop_writer()  # its return to the pool rolls back what is left open
+            if isinstance(exc, sqlite3.Error):
+                fault = sqlite_fault(self.path, exc, opening=self.opened is None)
+                if fault is not None:
+                    raise fault from exc
             raise
 
     def _drop_writer(self) -> None:
@@ -577,9 +592,9 @@ class Mirror:
         if not batch:
             return
         kept = self._runs_kept() if self._runs_kept is not None else None
-        with self._writing() as conn:
-            _write_batch(conn, batch, now)
-            trimmed = _trim_runs(conn, self._trim_due, kept) if kept and self._trim_due else ()
+        with self._writing() as cur:
+            _write_batch(cur, batch, now)
+            trimmed = _trim_runs(cur, self._trim_due, kept) if kept and self._trim_due else ()
         if kept:
             self._count_ended(batch, kept, trimmed)
         if batch.outbox:
@@ -604,34 +619,20 @@ class Mirror:
 
     def ack_outbox(self, seqs: Iterable[int]) -> None:
         seqs = list(seqs)
-        with self._writing() as conn:
-            for chunk in _chunks(seqs, 500):
-                marks = ", ".join("?" * len(chunk))
-                conn.exec_driver_sql(f"DELETE FROM outbox WHERE seq IN ({marks})", tuple(chunk))
+        with self._writing() as cur:
+            _delete_in(cur, "outbox", "seq", seqs)
         self.outbox_changes += 1
 
     def fail_outbox(self, seqs: Iterable[int], error: str) -> None:
         seqs = list(seqs)
-        with self._writing() as conn:
-            for chunk in _chunks(seqs, 500):
-                conn.execute(
-                    update(outbox_table)
-                    .where(outbox_table.c.seq.in_(chunk))
-                    .values(attempts=outbox_table.c.attempts + 1, last_error=error)
-                )
+        with self._writing() as cur:
+            _failed(cur, seqs, error, None)
 
     def set_aside_outbox(self, seqs: Iterable[int], error: str, now: float) -> None:
         """Keep writes the server can never take, with the reason, and stop sending them."""
         seqs = list(seqs)
-        with self._writing() as conn:
-            for chunk in _chunks(seqs, 500):
-                conn.execute(
-                    update(outbox_table)
-                    .where(outbox_table.c.seq.in_(chunk))
-                    .values(
-                        attempts=outbox_table.c.attempts + 1, last_error=error, set_aside_at=now
-                    )
-                )
+        with self._writing() as cur:
+            _failed(cur, seqs, error, now)
         self.outbox_changes += 1
 
     # notices (docs/notices.md)
@@ -687,12 +688,8 @@ class Mirror:
             "next_try_at": row.next_try_at,
             "last_error": row.last_error,
         }
-        stmt = sqlite_insert(notices_table).values(values)
-        stmt = stmt.on_conflict_do_update(
-            index_elements=["key"], set_={k: stmt.excluded[k] for k in values if k != "key"}
-        )
-        with self._writing() as conn:
-            conn.execute(stmt)
+        with self._writing() as cur:
+            _UPSERT_NOTICE.run(cur, [tuple(values[c.name] for c in notices_table.c)])
 
     def prune_runs(self, before: float) -> int:
         """Delete finished runs that started before `before`; return how many."""
@@ -738,11 +735,11 @@ class Rows:
         """Return the statement for `rows` rows."""
         return _values_sql(self.head, self.row, self.tail, rows)
 
-    def run(self, conn: Connection, rows: Sequence[Sequence[Any]]) -> None:
+    def run(self, cur: sqlite3.Cursor, rows: Sequence[Sequence[Any]]) -> None:
         """Write `rows`, each a row's values in the order of its marks."""
         for chunk in _chunks(rows, self.per_statement):
             values = tuple(value for row in chunk for value in row)
-            conn.exec_driver_sql(self.sql(len(chunk)), values)
+            cur.execute(self.sql(len(chunk)), values)
 
 
 @functools.cache
@@ -784,6 +781,7 @@ _PENDING_OUTBOX = (
 _INSERT_TOMBSTONE = Rows(
     "INSERT INTO tombstones (id, deleted_at)", "(?, ?)", " ON CONFLICT (id) DO NOTHING"
 )
+_UPSERT_NOTICE = _upsert(notices_table, "key")
 _UPSERT_META = Rows(
     "INSERT INTO meta (key, value)",
     "(?, ?)",
@@ -791,33 +789,39 @@ _UPSERT_META = Rows(
 )
 
 
-def _write_batch(conn: Connection, batch: Batch, now: float) -> None:
+def _write_batch(cur: sqlite3.Cursor, batch: Batch, now: float) -> None:
     # The upserts are unconditional, so only the last write of a key counts: a run noted
     # started and then closed in one batch is written once.
     if batch.records:
         records = _last_of(batch.records, lambda r: r[0])
-        _UPSERT_RECORD.run(conn, [(i, v, _dumps(r), now) for i, v, r in records])
-    for chunk in _chunks(batch.forget_records, 500):
-        conn.execute(delete(records_table).where(records_table.c.id.in_(chunk)))
+        _UPSERT_RECORD.run(cur, [(i, v, _dumps(r), now) for i, v, r in records])
+    _delete_in(cur, "trigger_records", "id", batch.forget_records)
     if batch.entries:
         entries = _last_of(batch.entries, lambda e: e.trigger_id)
-        _UPSERT_ENTRY.run(conn, [_entry_values(e) for e in entries])
-    for chunk in _chunks(batch.evict, 500):
-        conn.execute(delete(entries_table).where(entries_table.c.trigger_id.in_(chunk)))
+        _UPSERT_ENTRY.run(cur, [_entry_values(e) for e in entries])
+    _delete_in(cur, "entries", "trigger_id", batch.evict)
     if batch.tombstones:
-        _INSERT_TOMBSTONE.run(conn, [(i, now) for i in batch.tombstones])
+        _INSERT_TOMBSTONE.run(cur, [(i, now) for i in batch.tombstones])
     if batch.runs:
         runs = _last_of(batch.runs, lambda r: r.run_id)
-        _UPSERT_RUN.run(conn, [_run_values(r) for r in runs])
-    for chunk in _chunks(batch.drop_runs, 500):
-        conn.execute(delete(runs_table).where(runs_table.c.run_id.in_(chunk)))
+        _UPSERT_RUN.run(cur, [_run_values(r) for r in runs])
+    _delete_in(cur, "runs", "run_id", batch.drop_runs)
     if batch.outbox:
         _INSERT_OUTBOX.run(
-            conn,
+            cur,
             [(d, i, _dumps(f), _dumps(list(u)), now, v) for i, f, u, v, d, _, _ in batch.outbox],
         )
     if batch.meta:
-        _UPSERT_META.run(conn, list(batch.meta.items()))
+        _UPSERT_META.run(cur, list(batch.meta.items()))
+
+
+def _delete_in(cur: sqlite3.Cursor, table: str, key: str, ids: Sequence[Any]) -> int:
+    """Delete the rows of `table` whose `key` is one of `ids`; return how many."""
+    deleted = 0
+    for chunk in _chunks(ids, 500):
+        marks = ", ".join("?" * len(chunk))
+        deleted += cur.execute(f"DELETE FROM {table} WHERE {key} IN ({marks})", chunk).rowcount
+    return deleted
 
 
 _NEWEST_START = (
@@ -830,7 +834,7 @@ _TRIM_RUNS = (
 )
 
 
-def _trim_runs(conn: Connection, due: Iterable[str], kept: int) -> list[str]:
+def _trim_runs(cur: sqlite3.Cursor, due: Iterable[str], kept: int) -> list[str]:
     """Delete the finished runs of the `due` triggers older than each one's newest `kept`, at
     most `TRIM_ROWS` rows in all; return the triggers brought down to the bound."""
     done: list[str] = []
@@ -841,15 +845,27 @@ def _trim_runs(conn: Connection, due: Iterable[str], kept: int) -> list[str]:
         # Both statements walk the index on (trigger_id, started_at): the newest `kept`
         # ended runs of this trigger (a run prepared or in flight is not one of them), then
         # the ended rows older than the last of them.
-        cutoff = conn.exec_driver_sql(_NEWEST_START, (tid, RunState.ENDED, kept - 1)).scalar()
+        newest = cur.execute(_NEWEST_START, (tid, RunState.ENDED, kept - 1)).fetchone()
         deleted = 0
-        if cutoff is not None:
-            result = conn.exec_driver_sql(_TRIM_RUNS, (tid, cutoff, RunState.ENDED, budget))
-            deleted = int(result.rowcount or 0)
+        if newest is not None:
+            cur.execute(_TRIM_RUNS, (tid, newest[0], RunState.ENDED, budget))
+            deleted = max(0, cur.rowcount)
         if deleted < budget:
             done.append(tid)
         budget -= deleted
     return done
+
+
+def _failed(cur: sqlite3.Cursor, seqs: Sequence[int], error: str, aside: float | None) -> None:
+    """Count a failed try of the outbox writes `seqs`, with its error; set them aside at
+    `aside` (None: they are tried again)."""
+    for chunk in _chunks(seqs, 500):
+        marks = ", ".join("?" * len(chunk))
+        cur.execute(
+            "UPDATE outbox SET attempts = attempts + 1, last_error = ?, "
+            f"set_aside_at = coalesce(?, set_aside_at) WHERE seq IN ({marks})",
+            (error, aside, *chunk),
+        )
 
 
 def _last_of(items: Sequence[T], key: Callable[[T], Any]) -> Iterable[T]:

@@ -9,6 +9,8 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from sqlalchemy import Engine, event
+
 from anyrtd.client import ServerClient, Upsert
 from anyrtd.clock import SystemClock
 from anyrtd.config import Config
@@ -288,3 +290,20 @@ class Turns:
         assert self._task is not None
         self._task.cancel()
         await asyncio.gather(self._task, return_exceptions=True)
+
+
+class Traced:
+    """The statements SQLite runs on the connections an engine hands out from now on, as
+    they ran (their values written in): one line a statement, and one a row for a
+    statement run row by row (`executemany`)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.statements: list[str] = []
+        event.listen(engine, "checkout", self._trace)
+
+    def _trace(self, dbapi_conn: Any, record: Any, proxy: Any) -> None:
+        dbapi_conn.set_trace_callback(self.statements.append)
+
+    def inserts(self, into: str = "") -> list[str]:
+        """Return the INSERT statements (into the table `into`, when given)."""
+        return [s for s in self.statements if s.startswith(f"INSERT INTO {into}")]

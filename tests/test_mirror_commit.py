@@ -13,10 +13,9 @@ import sqlite3
 from collections.abc import Iterator
 from dataclasses import fields
 from pathlib import Path
-from typing import Any
 
 import pytest
-from sqlalchemy import event
+from support import Traced
 
 from anyrtd.mirror import SQL_PARAMS, Mirror, Rows
 from anyrtd.rows import Batch, EntryRow, RunRow
@@ -33,22 +32,6 @@ def mirror(tmp_path: Path) -> Iterator[Mirror]:
         yield opened
     finally:
         opened.close()
-
-
-class Statements:
-    """The statements the mirror's engine runs, and whether any ran row by row."""
-
-    def __init__(self, mirror: Mirror) -> None:
-        self.inserts: list[str] = []
-        self.row_by_row = 0
-        event.listen(mirror.engine, "before_cursor_execute", self._seen)
-
-    def _seen(
-        self, conn: Any, cursor: Any, sql: str, params: Any, context: Any, many: bool
-    ) -> None:
-        if sql.startswith("INSERT"):
-            self.inserts.append(sql.split(" (", 1)[0].removeprefix("INSERT INTO "))
-        self.row_by_row += many
 
 
 def entry(n: int, fire: float) -> EntryRow:
@@ -69,13 +52,13 @@ def test_a_commit_of_thousands_of_rows_runs_a_few_statements(mirror: Mirror) -> 
     batch.tombstones = ["gone-1", "gone-2", "gone-1"]  # one twice: taken once
     for n in range(1000):
         batch.write("triggers", f"t{n:05d}", {"owner": "p", "n": n})
-    seen = Statements(mirror)
+    seen = Traced(mirror.engine)
 
     mirror.commit(batch, now=5.0)
 
-    assert seen.row_by_row == 0
     per_record, per_write = SQL_PARAMS // 4, SQL_PARAMS // 6
-    assert sorted(seen.inserts) == sorted(
+    tables = [s.split(" (", 1)[0].removeprefix("INSERT INTO ") for s in seen.inserts()]
+    assert sorted(tables) == sorted(
         ["trigger_records"] * math.ceil(300 / per_record)
         + ["entries"] * 4
         + ["tombstones"]
