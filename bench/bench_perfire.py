@@ -2,12 +2,15 @@
 
     python bench/bench_perfire.py [--fires 5000] [--rounds 5]
 
-No server, no mirror: (1) the record cache taking a `once`'s consumption and then the run's
-rollup, as the daemon writes them; (2) the runner starting and finishing a no-op in-process
-program with typical args (resolve, logger, args copy, budget, outcome); (3) the two INFO
-lines of a fire (`firing …`, `run … ended ok`) formatted and written to /dev/null. Each
-figure is CPU time (`time.process_time`) per fire, the median of the rounds. Run it against
-two trees with `PYTHONPATH=TREE` to compare them in one sitting.
+No server: (1) the record cache taking a `once`'s consumption and then the run's rollup, as
+the daemon writes them; (2) the runner starting and finishing a no-op in-process program
+with typical args (resolve, logger, args copy, budget, outcome); (3) the two INFO lines of
+a fire (`firing …`, `run … ended ok`) formatted and written to /dev/null; (4) a fire's
+transactions on a mirror in a temporary directory, ten runs each as in `spread-10k`: their
+prepare, their note with their entries, their end with their two writes for the server,
+and the outbox's acknowledgement of those. Each figure is CPU time (`time.process_time`)
+per fire, the median of the rounds. Run it against two trees with `PYTHONPATH=TREE` to
+compare them in one sitting.
 """
 
 from __future__ import annotations
@@ -17,9 +20,11 @@ import asyncio
 import logging
 import os
 import statistics
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -27,9 +32,10 @@ import httpx
 from anyrtd.client import ServerClient
 from anyrtd.clock import SystemClock
 from anyrtd.logs import setup_logging
+from anyrtd.mirror import Mirror
 from anyrtd.program import ProgramContext
 from anyrtd.records import RecordCache
-from anyrtd.rows import RunRow
+from anyrtd.rows import Batch, EntryRow, RunRow
 from anyrtd.runner import Runner
 from anyrtd.vocab import RollupField
 
@@ -127,6 +133,31 @@ def log_round(n: int) -> float:
         return spent / n
 
 
+def mirror_round(n: int, per_commit: int = 10) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        mirror = Mirror(Path(tmp) / "anyrtd.sqlite3")
+        mirror.ensure_schema(create=True)
+        seq, now = 1, 1_900_000_000.0
+        t0 = time.process_time()
+        for at in range(0, n, per_commit):
+            ids = [f"cron-{i:06d}" for i in range(at, at + per_commit)]
+            runs = [RunRow(uuid.uuid4().hex, t, "bench:noop@v1", "bench", now, now) for t in ids]
+            mirror.commit(Batch(runs=runs), now)  # prepared
+            entries = [EntryRow(t, "fp", "cron", True, now, now + 60.0) for t in ids]
+            mirror.commit(Batch(runs=runs, entries=entries), now)  # noted started
+            ended = Batch(runs=runs)
+            for row in runs:
+                row.status, row.ended_at = "ok", now + 0.001
+                ended.write("agent_runs", row.run_id, {"runId": row.run_id, "status": "ok"})
+                ended.write("agent_triggers", row.trigger_id or "", {"lastStatus": "ok"})
+            mirror.commit(ended, now)
+            mirror.ack_outbox(range(seq, seq + 2 * per_commit))
+            seq += 2 * per_commit
+        spent = time.process_time() - t0
+        mirror.close()
+        return spent / n
+
+
 def median_us(rounds: int, one: Callable[[], float]) -> str:
     values = [one() * 1e6 for _ in range(rounds)]
     return f"{statistics.median(values):.1f} µs (rounds {min(values):.1f} to {max(values):.1f})"
@@ -148,6 +179,10 @@ def main() -> None:
         median_us(ns.rounds, lambda: asyncio.run(runner_round(n))),
     )
     print("the two INFO lines of a fire:", median_us(ns.rounds, lambda: log_round(n)))
+    print(
+        "mirror, a fire's transactions (10 runs each):",
+        median_us(ns.rounds, lambda: mirror_round(n)),
+    )
 
 
 if __name__ == "__main__":
