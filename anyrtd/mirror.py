@@ -280,8 +280,9 @@ class Mirror:
         statements that go through SQLAlchemy.
 
         Not through SQLAlchemy: its transaction, its `begin` event and its execution of
-        each statement were about half of the mirror thread's Python in a spread, some
-        40 µs a fire (docs/benchmarks.md, "Where issue 22's spread CPU went")."""
+        each statement cost a fire's transactions 161 µs of CPU where these take 138
+        (`bench/bench_perfire.py`; docs/benchmarks.md, "Where issue 22's spread CPU
+        went")."""
         conn = self._writer
         if conn is None or conn.closed or conn.invalidated:
             conn = self._writer = self.engine.connect()
