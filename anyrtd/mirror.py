@@ -621,19 +621,19 @@ class Mirror:
     def ack_outbox(self, seqs: Iterable[int]) -> None:
         seqs = list(seqs)
         with self._writing() as cur:
-            _delete_in(cur, "outbox", "seq", seqs)
+            _each_in(cur, "DELETE FROM outbox WHERE seq IN ({})", seqs)
         self.outbox_changes += 1
 
     def fail_outbox(self, seqs: Iterable[int], error: str) -> None:
         seqs = list(seqs)
         with self._writing() as cur:
-            _failed(cur, seqs, error, None)
+            _each_in(cur, _FAILED, seqs, (error,))
 
     def set_aside_outbox(self, seqs: Iterable[int], error: str, now: float) -> None:
         """Keep writes the server can never take, with the reason, and stop sending them."""
         seqs = list(seqs)
         with self._writing() as cur:
-            _failed(cur, seqs, error, now)
+            _each_in(cur, _SET_ASIDE, seqs, (error, now))
         self.outbox_changes += 1
 
     # notices (docs/notices.md)
@@ -796,17 +796,17 @@ def _write_batch(cur: sqlite3.Cursor, batch: Batch, now: float) -> None:
     if batch.records:
         records = _last_of(batch.records, lambda r: r[0])
         _UPSERT_RECORD.run(cur, [(i, v, _dumps(r), now) for i, v, r in records])
-    _delete_in(cur, "trigger_records", "id", batch.forget_records)
+    _each_in(cur, "DELETE FROM trigger_records WHERE id IN ({})", batch.forget_records)
     if batch.entries:
         entries = _last_of(batch.entries, lambda e: e.trigger_id)
         _UPSERT_ENTRY.run(cur, [_entry_values(e) for e in entries])
-    _delete_in(cur, "entries", "trigger_id", batch.evict)
+    _each_in(cur, "DELETE FROM entries WHERE trigger_id IN ({})", batch.evict)
     if batch.tombstones:
         _INSERT_TOMBSTONE.run(cur, [(i, now) for i in batch.tombstones])
     if batch.runs:
         runs = _last_of(batch.runs, lambda r: r.run_id)
         _UPSERT_RUN.run(cur, [_run_values(r) for r in runs])
-    _delete_in(cur, "runs", "run_id", batch.drop_runs)
+    _each_in(cur, "DELETE FROM runs WHERE run_id IN ({})", batch.drop_runs)
     if batch.outbox:
         _INSERT_OUTBOX.run(
             cur,
@@ -816,13 +816,13 @@ def _write_batch(cur: sqlite3.Cursor, batch: Batch, now: float) -> None:
         _UPSERT_META.run(cur, list(batch.meta.items()))
 
 
-def _delete_in(cur: sqlite3.Cursor, table: str, key: str, ids: Sequence[Any]) -> int:
-    """Delete the rows of `table` whose `key` is one of `ids`; return how many."""
-    deleted = 0
+def _each_in(
+    cur: sqlite3.Cursor, sql: str, ids: Sequence[Any], values: tuple[Any, ...] = ()
+) -> None:
+    """Run `sql` for up to 500 of `ids` at a time, its `{}` the marks of their `IN (…)` list,
+    bound after `values` (the statement's marks before that list)."""
     for chunk in _chunks(ids, 500):
-        marks = ", ".join("?" * len(chunk))
-        deleted += cur.execute(f"DELETE FROM {table} WHERE {key} IN ({marks})", chunk).rowcount
-    return deleted
+        cur.execute(sql.format(", ".join("?" * len(chunk))), (*values, *chunk))
 
 
 _NEWEST_START = (
@@ -857,16 +857,10 @@ def _trim_runs(cur: sqlite3.Cursor, due: Iterable[str], kept: int) -> list[str]:
     return done
 
 
-def _failed(cur: sqlite3.Cursor, seqs: Sequence[int], error: str, aside: float | None) -> None:
-    """Count a failed try of the outbox writes `seqs`, with its error; set them aside at
-    `aside` (None: they are tried again)."""
-    for chunk in _chunks(seqs, 500):
-        marks = ", ".join("?" * len(chunk))
-        cur.execute(
-            "UPDATE outbox SET attempts = attempts + 1, last_error = ?, "
-            f"set_aside_at = coalesce(?, set_aside_at) WHERE seq IN ({marks})",
-            (error, aside, *chunk),
-        )
+_FAILED = "UPDATE outbox SET attempts = attempts + 1, last_error = ? WHERE seq IN ({})"
+_SET_ASIDE = (
+    "UPDATE outbox SET attempts = attempts + 1, last_error = ?, set_aside_at = ? WHERE seq IN ({})"
+)
 
 
 def _last_of(items: Sequence[T], key: Callable[[T], Any]) -> Iterable[T]:
