@@ -296,10 +296,8 @@ class Mirror:
             cur.execute("COMMIT")
         except BaseException as exc:
             self._drop_writer()  # its return to the pool rolls back what is left open
-            if isinstance(exc, sqlite3.Error):
-                fault = sqlite_fault(self.path, exc, opening=self.opened is None)
-                if fault is not None:
-                    raise fault from exc
+            if isinstance(exc, sqlite3.Error) and (fault := self._fault(exc)) is not None:
+                raise fault from exc
             raise
 
     def _drop_writer(self) -> None:
@@ -313,9 +311,13 @@ class Mirror:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
     def _on_error(self, context: ExceptionContext) -> None:
-        fault = sqlite_fault(self.path, context.original_exception, opening=self.opened is None)
+        fault = self._fault(context.original_exception)
         if fault is not None:
             raise fault
+
+    def _fault(self, exc: BaseException) -> MirrorFault | None:
+        """Return the `MirrorFault` a SQLite error on this mirror means, if any."""
+        return sqlite_fault(self.path, exc, opening=self.opened is None)
 
     def check_file(self) -> None:
         """Raise `MirrorLost` when the file opened is deleted or replaced (one stat)."""
