@@ -106,6 +106,6 @@ def test_a_statement_binds_at_most_sql_params(rows: int) -> None:
 def test_a_statements_journal_stays_in_memory(mirror: Mirror) -> None:
     # A multi-row statement after another write of its transaction keeps a statement
     # journal; on a temporary file, that was a file opened, unlinked and closed for each
-    # statement past 64 KiB of it (docs/benchmarks.md).
+    # statement past 64 KiB of it (docs/history/benchmarks-2026.md).
     with mirror.engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA temp_store").scalar() == 2  # MEMORY

@@ -227,7 +227,7 @@ def launches() -> int:
 
 async def test_a_finished_run_is_freed_without_the_collector(make_runner: MakeRunner) -> None:
     # A run kept in a reference cycle is freed only by the collector's passes: at 10,000
-    # runs a minute, some 200,000 objects a minute (docs/benchmarks.md).
+    # runs a minute, some 200,000 objects a minute (docs/history/benchmarks-2026.md).
     async def main(args: Mapping[str, Any], ctx: ProgramContext) -> dict[str, Any]:
         return {"title": "went"}
 
