@@ -226,9 +226,9 @@ def risk_over(
     elif ran is not None and ran >= at - SAME_OCCURRENCE_S:
         outcome, why = "ran", f"it ran at {iso(ran)}"
     elif now < at and not at_risk:
-        state = owner.state_text if owner is not None else "back"
         device = owner.label if owner is not None and owner.device else w.device
-        outcome, why = "cleared", f"device {device} is {state} again"
+        state = f" ({owner.state_text})" if owner is not None else ""
+        outcome, why = "cleared", f"device {device} is back{state}"
     elif now >= at + grace_s:
         outcome = "missed"
         why = missed.last.text if missed is not None else f"device {w.device} did not run it"
