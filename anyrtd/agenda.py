@@ -191,15 +191,19 @@ def owner_of(defn: TriggerDef, scene: Scene) -> Owner:
 
 def risk_of(defn: TriggerDef, owner: Owner, scene: Scene) -> Risk | None:
     """Return why `defn`'s occurrences will be missed as things stand, or None."""
-    tid = defn.id
-    pin = f"anyrtd triggers pin {tid} PEER"
     if not defn.enabled:
         return Risk(
             MissCause.AUTO_DISABLED,
             f"the breaker disabled it after {defn.rollup.consecutive_failures} consecutive "
             f"failures (limit {defn.max_consecutive_failures})",
-            f"anyrtd triggers enable {tid}",
+            f"anyrtd triggers enable {defn.id}",
         )
+    return device_risk(defn.id, owner, scene)
+
+
+def device_risk(tid: str, owner: Owner, scene: Scene) -> Risk | None:
+    """Return why an enabled trigger `tid` on `owner` will miss its occurrences, or None."""
+    pin = f"anyrtd triggers pin {tid} PEER"
     label = owner.label
     if owner.state == OwnerState.UNASSIGNED:
         if owner.device is None and scene.devices is not None:
@@ -280,10 +284,18 @@ def agenda(
     now = scene.now
     until = now + hours * 3600.0
     shown = [d for d in defs if listed(d)]
-    owners = {d.id: owner_of(d, scene) for d in shown}
-    risks = {d.id: risk_of(d, owners[d.id], scene) for d in shown}
+    # A device's state is worked out once per owner value, not once per trigger.
+    by_owner: dict[str, Owner] = {}
+    owners: dict[str, Owner] = {}
+    for d in shown:
+        o = by_owner.get(d.owner)
+        if o is None:
+            o = by_owner[d.owner] = owner_of(d, scene)
+        owners[d.id] = o
     if at_risk_only:
-        shown = [d for d in shown if risks[d.id] is not None]
+        risky = {peer: device_risk("ID", o, scene) is not None for peer, o in by_owner.items()}
+        shown = [d for d in shown if not d.enabled or risky[d.owner]]
+    risks = {d.id: risk_of(d, owners[d.id], scene) for d in shown}
     capped: list[str] = []
 
     def stream(d: TriggerDef) -> Iterator[tuple[float, int, str, Occurrence]]:
@@ -372,6 +384,7 @@ __all__ = [
     "Risk",
     "Scene",
     "agenda",
+    "device_risk",
     "listed",
     "no_follows",
     "owner_of",

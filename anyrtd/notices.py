@@ -433,6 +433,7 @@ class Notices:
                 found, self.watch.notable, now=now, lookback_s=self.watch.lookback_s
             )
         if self.settings.at_risk:
+            await p.timer.clear_of()  # one walk over the definitions: not over a start
             made += self.risk_notices(now, active)
         aside = await db.outbox_set_aside()
         made += [_set_aside_notice(item, p.peer_id) for item in aside]
