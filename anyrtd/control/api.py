@@ -489,7 +489,9 @@ async def agenda(request: web.Request) -> web.Response:
             f"query parameter device: give a peer id or a device name (at most "
             f"{MAX_DEVICE_LENGTH} printable characters), not {device[:40]!r}"
         )
-    answer = _port(request).agenda(hours, device)
+    port = _port(request)
+    await port.give_way()  # one walk over every definition: after a start due soon
+    answer = port.agenda(hours, device)
     return web.json_response(agenda_view(answer, hours))
 
 
