@@ -44,6 +44,10 @@ class NoticeSettings:
     """The most notices sent in any hour; the rest wait their turn."""
     retries: int = 3
     """How many more times a failed delivery is tried (1 s, 2 s, 4 s, ... apart)."""
+    at_risk: bool = False
+    """Make a notice before an occurrence is missed, `at_risk_lead_s` before it is due."""
+    at_risk_lead_s: float = 600.0
+    """How long before an occurrence at risk is due its notice is made (10 minutes)."""
 
     @property
     def enabled(self) -> bool:
@@ -308,7 +312,9 @@ def _command(entry: Any, where: str) -> CommandProgram:
     return CommandProgram(argv=tuple(argv), env=dict(env), cwd=cwd)
 
 
-_NOTICE_KEYS = ("chat", "chat_id", "command", "per_hour", "retries")
+_NOTICE_KEYS = ("chat", "chat_id", "command", "per_hour", "retries", "at_risk", "at_risk_lead_s")
+MAX_AT_RISK_LEAD_S = 604_800.0
+"""The longest lead of the notice before the miss: the agenda's window (a week)."""
 
 
 def _notices(raw: Any) -> NoticeSettings:
@@ -331,12 +337,24 @@ def _notices(raw: Any) -> NoticeSettings:
             "leave it out for the general chat"
         )
     command = raw.get("command")
+    at_risk = raw.get("at_risk", False)
+    if not isinstance(at_risk, bool):
+        raise ConfigError(f"{where}: at_risk must be true or false, got {at_risk!r}")
+    lead = raw.get("at_risk_lead_s", NoticeSettings.at_risk_lead_s)
+    ok = isinstance(lead, int | float) and not isinstance(lead, bool)
+    if not ok or not 0 < lead <= MAX_AT_RISK_LEAD_S:
+        raise ConfigError(
+            f"{where}: at_risk_lead_s must be a number of seconds more than 0 and at most "
+            f"{MAX_AT_RISK_LEAD_S:g} (a week), e.g. 600, got {lead!r}"
+        )
     return NoticeSettings(
         chat=chat,
         chat_id=chat_id,
         command=None if command is None else _command(command, f"{where}.command"),
         per_hour=_whole(raw, "per_hour", NoticeSettings.per_hour, 1),
         retries=_whole(raw, "retries", NoticeSettings.retries, 0),
+        at_risk=at_risk,
+        at_risk_lead_s=float(lead),
     )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, cast
 
+from anyrtd import agenda as agendas
 from anyrtd import history
 from anyrtd.claims import Fence
 from anyrtd.client import DevicesView, ServerClient
@@ -142,6 +143,11 @@ class DaemonPort:
         now, w = self.clock.now(), self.notices.watch
         found = w.of(trigger_id, now, self.peer_id, scheduled)
         return MissedFacts(trigger_id, found, w.grace_s, w.lookback_s, now)
+
+    def agenda(self, hours: float, device: str | None = None) -> agendas.Agenda:
+        now = self.clock.now()
+        scene = self.notices.agenda_scene(now)
+        return agendas.agenda(self.notices.definitions(), scene, hours=hours, device=device)
 
     async def give_way(self) -> None:
         await self.loops.give_way()

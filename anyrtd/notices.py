@@ -28,13 +28,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from anyrtd import agenda as agendas
 from anyrtd.claims import Fence
 from anyrtd.client import Dataset, ServerClient, ServerError, ServerUnavailable, Upsert
 from anyrtd.clock import Clock, Ticks
 from anyrtd.config import CommandProgram, Config, NoticeSettings
 from anyrtd.election import Gate
 from anyrtd.mirror import AsyncMirror, Mirror
-from anyrtd.missed import Missed, default_grace, iso
+from anyrtd.missed import SAME_OCCURRENCE_S, Missed, default_grace, iso
 from anyrtd.model import TriggerDef
 from anyrtd.places import Places
 from anyrtd.programs.chat import AGENT_BUNDLE, GENERAL_CHAT_SEED, MESSAGES
@@ -68,6 +69,9 @@ class Notice:
     why: str
     fix: str | None
     facts: Mapping[str, Any] = field(default_factory=dict)
+    thread: str | None = None
+    """The key of the notice this one follows up (its chat message is the reply to that
+    one's); None for a notice that starts a thread."""
 
     def to_json(self) -> dict[str, Any]:
         """Return the notice as the command reads it on stdin."""
@@ -80,6 +84,7 @@ class Notice:
             "why": self.why,
             "fix": self.fix,
             "facts": dict(self.facts),
+            **({"thread": self.thread} if self.thread is not None else {}),
         }
 
 
@@ -145,6 +150,106 @@ def _set_aside_notice(item: SetAside, peer_id: str | None) -> Notice:
         why=item.error or "the server refused it",
         fix="anyrtd doctor",
         facts={"seq": item.seq, "recordId": item.record_id, "device": peer_id},
+    )
+
+
+@dataclass(frozen=True)
+class Watching:
+    """An occurrence found at risk, followed until the risk went away or it was missed."""
+
+    key: str
+    """The key of its `at_risk` notice (the thread the follow-up goes to)."""
+    trigger_id: str
+    at: float
+    device: str
+    """Its device as the notice named it."""
+
+
+def risk_key(trigger_id: str, at: float) -> str:
+    """Return the key of the `at_risk` notice of one occurrence: the same on every device."""
+    return f"{NoticeKind.AT_RISK}:{trigger_id}:{at!r}"
+
+
+def over_key(trigger_id: str, at: float) -> str:
+    """Return the key of the follow-up of an `at_risk` notice."""
+    return f"{NoticeKind.AT_RISK_OVER}:{trigger_id}:{at!r}"
+
+
+def _in(seconds: float) -> str:
+    s = max(0.0, seconds)
+    return f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min"
+
+
+def at_risk_notice(o: agendas.Occurrence, now: float) -> Notice:
+    """Return the notice before the miss of one occurrence at risk (pure)."""
+    assert o.at is not None and o.risk is not None
+    owner = o.owner
+    return Notice(
+        key=risk_key(o.trigger_id, o.at),
+        kind=NoticeKind.AT_RISK,
+        trigger_id=o.trigger_id,
+        at=o.at,
+        text=f"{o.trigger_id} is due at {iso(o.at)} (in {_in(o.at - now)}) and will be "
+        "missed as things stand",
+        why=o.risk.text,
+        fix=o.risk.fix,
+        facts={
+            "cause": o.risk.cause,
+            "owner": owner.peer,
+            "device": owner.device,
+            "deviceState": owner.state,
+            "deviceSince": owner.since,
+            "tz": o.tz,
+        },
+    )
+
+
+def risk_over(
+    w: Watching,
+    defn: TriggerDef | None,
+    *,
+    at_risk: bool,
+    owner: agendas.Owner | None,
+    missed: Missed | None,
+    now: float,
+    grace_s: float,
+) -> Notice | None:
+    """Return the follow-up of an `at_risk` notice once its outcome is known: the risk went
+    away (the device came back, the trigger ran or changed), or the occurrence was missed
+    (a grace after it was due, with no run); None while it is still open (pure)."""
+    tid, at = w.trigger_id, w.at
+    ran = defn.rollup.last_run_at if defn is not None else None
+    outcome: str | None = None
+    why = ""
+    if defn is None or not agendas.listed(defn):
+        outcome, why = "gone", "the trigger was disabled, deleted or edited since"
+    elif ran is not None and ran >= at - SAME_OCCURRENCE_S:
+        outcome, why = "ran", f"it ran at {iso(ran)}"
+    elif now < at and not at_risk:
+        device = owner.label if owner is not None and owner.device else w.device
+        state = f" ({owner.state_text})" if owner is not None else ""
+        outcome, why = "cleared", f"device {device} is back{state}"
+    elif now >= at + grace_s:
+        outcome = "missed"
+        why = missed.last.text if missed is not None else f"device {w.device} did not run it"
+    if outcome is None:
+        return None
+    text = {
+        "gone": f"{tid}'s occurrence at {iso(at)} is no longer at risk",
+        "ran": f"{tid}'s occurrence at {iso(at)} is no longer at risk",
+        "cleared": f"{tid}'s occurrence at {iso(at)} is no longer at risk",
+        "missed": f"{tid} did not run at {iso(at)}, as the notice before said",
+    }[outcome]
+    return Notice(
+        key=over_key(tid, at),
+        kind=NoticeKind.AT_RISK_OVER,
+        trigger_id=tid,
+        at=at,
+        text=text,
+        why=why,
+        fix=None if outcome != "missed" else f"anyrtd triggers why {tid}",
+        facts={"outcome": outcome, "device": w.device},
+        thread=w.key,
     )
 
 
@@ -228,6 +333,9 @@ class Notices:
         """Whether the next pass reads the notices due (one was made, or it is the first)."""
         self._retry_at: float | None = None
         """When the earliest notice left to deliver is tried again (None: none is left)."""
+        self._risks: dict[str, Watching] = {}
+        """The occurrences found at risk and not settled yet, by their notice's key: every
+        device follows them, the active one makes the notices."""
 
     @property
     def found(self) -> tuple[Mapping[str, Missed], Mapping[str, int]]:
@@ -238,6 +346,61 @@ class Notices:
     @property
     def settings(self) -> NoticeSettings:
         return self.parts.config.notices
+
+    def definitions(self) -> list[TriggerDef]:
+        """Return the space's definitions as the missed watch's last pass saw them."""
+        return self.watch.definitions()
+
+    def agenda_scene(self, now: float) -> agendas.Scene:
+        """Return the facts of an agenda as of `now`: the devices as the missed watch knows
+        them, the active device, and the devices its last pass found silent."""
+        p = self.parts
+        devices, names = self.watch.devices
+        winner = self.watch.winner
+        if winner is None and p.gate.verdict == Verdict.ACTIVE:
+            winner = p.peer_id
+        silent = agendas.silences(self.watch.missed.values())
+        return agendas.Scene(now, p.peer_id, devices, names, winner, silent)
+
+    def risk_notices(self, now: float, active: bool) -> list[Notice]:
+        """Follow the occurrences at risk within the lead; return the notices they call for
+        (when `active`): one before each miss, then what became of it."""
+        s = self.settings
+        scene = self.agenda_scene(now)
+        ag = agendas.agenda(
+            self.definitions(), scene, hours=s.at_risk_lead_s / 3600.0, at_risk_only=True
+        )
+        missing = self.watch.missed
+        current: dict[str, agendas.Occurrence] = {}
+        for o in ag.occurrences:
+            # A trigger that misses already has its `missed` notice: none before each miss.
+            if o.at is None or o.trigger_id in missing:
+                continue
+            key = risk_key(o.trigger_id, o.at)
+            current[key] = o
+            if key not in self._risks:
+                self._risks[key] = Watching(key, o.trigger_id, o.at, o.owner.label)
+        out = [at_risk_notice(o, now) for o in current.values()] if active else []
+        parsed = self.parts.records.parsed
+        for key, w in list(self._risks.items()):
+            found = parsed.get(w.trigger_id)
+            d = found if isinstance(found, TriggerDef) else None
+            n = risk_over(
+                w,
+                d,
+                at_risk=key in current,
+                owner=agendas.owner_of(d, scene) if d is not None else None,
+                missed=missing.get(w.trigger_id),
+                now=now,
+                grace_s=self.watch.grace_s,
+            )
+            if n is None:
+                continue
+            if active:
+                out.append(n)
+            else:
+                del self._risks[key]  # the active device tells it; this one forgets it
+        return out
 
     async def loop(self) -> None:
         """One turn of the loop: a pass at the end of the first tick half a tick period or
@@ -264,16 +427,23 @@ class Notices:
         if not self.settings.enabled or db is None:
             return
         made: list[Notice] = []
-        if p.gate.verdict == Verdict.ACTIVE and p.fence.may_claim(now):
+        active = p.gate.verdict == Verdict.ACTIVE and p.fence.may_claim(now)
+        if active:
             made += trigger_notices(
                 found, self.watch.notable, now=now, lookback_s=self.watch.lookback_s
             )
+        if self.settings.at_risk:
+            await p.timer.clear_of()  # one walk over the definitions: not over a start
+            made += self.risk_notices(now, active)
         aside = await db.outbox_set_aside()
         made += [_set_aside_notice(item, p.peer_id) for item in aside]
         made = [n for n in made if n.key not in self._known]
         if made:
             await self._make(db, made, now)
             self._look = True
+        for key, w in list(self._risks.items()):
+            if over_key(w.trigger_id, w.at) in self._known:
+                del self._risks[key]  # settled: its follow-up is made
         # An idle daemon asks the mirror nothing: only a notice made, or a retry come due,
         # sends this pass to it.
         if self._look or (self._retry_at is not None and now >= self._retry_at):
@@ -329,8 +499,13 @@ class Notices:
             marks = dict(noticed) if isinstance(noticed, Mapping) else {}
             if marks.get(n.kind) == n.key:
                 return False
-            if not records:
+            if not records and n.thread is None:
                 return False  # deleted meanwhile: nothing to tell of
+            told = n.thread is None or n.thread in self._known
+            if not told and marks.get(NoticeKind.AT_RISK) != n.thread:
+                return False  # no notice started its thread: nothing to follow up
+            if not records:
+                return True  # deleted since its notice before the miss: say so
             marks[n.kind] = n.key
             # Conditional: two devices that both think they are active write one mark.
             version = records[0].get("_v")
@@ -425,6 +600,9 @@ class Notices:
             "createdAt": round(p.clock.now(), 3),
             "notice": row.kind,
         }
+        thread = n.get("thread")
+        if isinstance(thread, str):
+            fields["replyTo"] = message_id(thread)  # in the thread of the notice it follows
         await p.client.upsert(self._chat, [Upsert(message_id(row.key), fields)])
 
 
@@ -462,8 +640,12 @@ __all__ = [
     "NOTICED_FIELD",
     "Notice",
     "Notices",
+    "Watching",
+    "at_risk_notice",
     "chat_text",
     "message_id",
+    "risk_key",
+    "risk_over",
     "run_command",
     "trigger_notices",
 ]

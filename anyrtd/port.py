@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from anyrtd.agenda import Agenda
 from anyrtd.client import Reach
 from anyrtd.firing import CannotRun, NotDurable, TooManyRuns
 from anyrtd.history import TRIGGER_RUNS, RunHistory
@@ -165,6 +166,11 @@ class Port(Protocol):
     async def missed(self, trigger_id: str) -> MissedFacts:
         """Return a trigger's missed occurrences as of now (anyrtd/missed.py), its runs on every
         device answering the occurrences they ran."""
+        ...
+
+    def agenda(self, hours: float, device: str | None = None) -> Agenda:
+        """Return the space's agenda for the next `hours` (anyrtd/agenda.py), of one device
+        (peer id or name) or all."""
         ...
 
     async def why(self, trigger_id: str) -> Answer:

@@ -116,6 +116,23 @@ class DeviceState(StrEnum):
     """No row for that peer id, or the registry did not answer."""
 
 
+class OwnerState(StrEnum):
+    """A trigger's device as the agenda shows it: what the missed watch knows of it."""
+
+    RUNNING = "running"
+    """This device, or the active one: it answers."""
+    STANDBY = "standby"
+    """Live in the devices registry, not the active device, not known to be silent."""
+    NOT_RUNNING = "not_running"
+    """Live in the registry, but the missed watch saw it record nothing since a missed
+    occurrence of a trigger it holds was due."""
+    PRUNED = "pruned"
+    UNKNOWN = "unknown"
+    """Not in the devices registry, or the registry was not read."""
+    UNASSIGNED = "unassigned"
+    """No device holds the trigger: the active device claims it."""
+
+
 class Cause(StrEnum):
     """Why a trigger will not fire on this device, or what to know when it will (`/why`)."""
 
@@ -164,6 +181,11 @@ class NoticeKind(StrEnum):
     AUTO_DISABLED = "auto_disabled"
     ONCE_FAILED = "once_failed"
     SET_ASIDE = "set_aside"
+    AT_RISK = "at_risk"
+    """An occurrence will be missed as things stand, a lead time before it is due."""
+    AT_RISK_OVER = "at_risk_over"
+    """What became of an occurrence an `at_risk` notice was made for: the risk went away,
+    or it was missed (in the same thread)."""
 
 
 class NoticeChannel(StrEnum):

@@ -53,11 +53,15 @@ async def read_devices(
     source: ReadsDevices,
 ) -> tuple[dict[str, DeviceState] | None, dict[str, str]]:
     """Return each device's state (`live`, `pruned`) and name, or None when unread."""
+    return devices_of(await read_view(source))
+
+
+async def read_view(source: ReadsDevices) -> DevicesView | None:
+    """Return the devices registry as `source` reads it now, or None when it cannot."""
     try:
-        view = await asyncio.wait_for(source.devices(), timeout=REGISTRY_WAIT_S)
+        return await asyncio.wait_for(source.devices(), timeout=REGISTRY_WAIT_S)
     except (ServerUnavailable, ServerError, TimeoutError):
-        return None, {}
-    return devices_of(view)
+        return None
 
 
 def devices_of(
@@ -133,6 +137,8 @@ class Watch:
         self._devices_at: float | None = None
         self._view: DevicesView | None = None
         """The election's view the devices were taken from (None: read by this watch)."""
+        self.winner: str | None = None
+        """The active device as the devices were last read (None: none, or not read)."""
 
     def definitions(self) -> list[TriggerDef]:
         """Return the definitions the last pass looked at (not the standing built-ins)."""
@@ -196,10 +202,17 @@ class Watch:
         if view is not None:
             if view is not self._view:
                 self._devices, self._view = devices_of(view), view
-                self._devices_at = now
+                self._devices_at, self.winner = now, view.active.get(APP)
         elif self._devices_at is None or now - self._devices_at >= DEVICES_EVERY_S:
-            self._devices, self._view = await read_devices(self.server), None
+            read = await read_view(self.server)
+            self._devices, self._view = devices_of(read), None
             self._devices_at = now
+            self.winner = read.active.get(APP) if read is not None else None
+
+    @property
+    def devices(self) -> tuple[Mapping[str, DeviceState] | None, Mapping[str, str]]:
+        """Return each device's state and name as last read (None: the registry unread)."""
+        return self._devices
 
     def _look_at(self, rid: str, now: float) -> None:
         """Take the record of `rid` as it is now (new, changed, or gone)."""

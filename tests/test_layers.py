@@ -62,6 +62,7 @@ FLOW: tuple[tuple[str, ...], ...] = (
     ("anyrtd.missed",),
     ("anyrtd.watch",),
     ("anyrtd.why",),
+    ("anyrtd.agenda",),
     # the port its readers use, the chat responder, and the active role
     ("anyrtd.port",),
     ("anyrtd.chat",),

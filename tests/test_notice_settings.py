@@ -27,6 +27,14 @@ def test_every_channel_is_off_by_default() -> None:
     assert not settings.enabled and not settings.chat and settings.command is None
 
 
+def test_the_notice_before_the_miss_is_off_by_default_with_a_ten_minute_lead(
+    tmp_path: Path,
+) -> None:
+    assert not NoticeSettings().at_risk and NoticeSettings().at_risk_lead_s == 600.0
+    config = load(tmp_path, "[notices]\nchat = true\nat_risk = true\nat_risk_lead_s = 900\n")
+    assert config.notices.at_risk and config.notices.at_risk_lead_s == 900.0
+
+
 def test_a_notices_table_with_both_channels(tmp_path: Path) -> None:
     config = load(
         tmp_path,
@@ -58,6 +66,10 @@ def test_a_notices_table_with_both_channels(tmp_path: Path) -> None:
         ("notices = 3\n", "config table notices: expected a table"),
         ("missed_grace_s = 0\n", "config key missed_grace_s: must be a number of seconds"),
         ('missed_lookback_s = "a day"\n', "config key missed_lookback_s: expected a number"),
+        ('[notices]\nat_risk = "yes"\n', "at_risk must be true or false, got 'yes'"),
+        ("[notices]\nat_risk_lead_s = 0\n", "at_risk_lead_s must be a number of seconds more"),
+        ("[notices]\nat_risk_lead_s = 700000\n", "at most 604800 (a week)"),
+        ("[notices]\nat_risk_lead_s = true\n", "at_risk_lead_s must be a number of seconds"),
     ],
 )
 def test_a_bad_setting_is_refused_with_what_to_change(tmp_path: Path, text: str, said: str) -> None:

@@ -1,6 +1,6 @@
 """The `anyrtd` command line: every module that prints lives in this package.
 
-One module per command family (`serve`: serve, dev and db; `triggers`; `runs`;
+One module per command family (`serve`: serve, dev and db; `triggers`; `runs`; `agenda`;
 `devices`: election and devices; `doctor`; `devserver`), the options they share
 (`shared`), the control API's client (`control`) and the text they print (`format`).
 No module imports this one: the group only gathers them.
@@ -11,6 +11,7 @@ from __future__ import annotations
 import click
 
 from anyrtd import __version__
+from anyrtd.cli.agenda import agenda
 from anyrtd.cli.devices import devices, election
 from anyrtd.cli.devserver import devserver
 from anyrtd.cli.doctor import doctor
@@ -34,7 +35,7 @@ def main(ctx: click.Context) -> None:
 
 for _command in (serve, db, devserver, dev, triggers, runs, election, devices, doctor, service):
     main.add_command(_command)
-for _command in (schedule, programs):
+for _command in (schedule, programs, agenda):
     main.add_command(_command)
 
 __all__ = ["main"]

@@ -17,6 +17,7 @@ from typing import Any
 from aiohttp import web
 
 from anyrtd import __version__
+from anyrtd.agenda import parse_hours
 from anyrtd.client import ServerError, ServerUnavailable
 from anyrtd.control.gate import ConnectionGate, Pacer, gate_metrics
 from anyrtd.control.guard import (
@@ -31,6 +32,7 @@ from anyrtd.control.openapi import openapi_document
 from anyrtd.control.page import add_routes as add_page_routes
 from anyrtd.control.views import (
     ListCache,
+    agenda_view,
     metrics_text,
     missed_view,
     run_detail,
@@ -110,6 +112,7 @@ def make_app(
     app.router.add_post("/triggers/{id}/enable", enable_trigger)
     app.router.add_post("/triggers/{id}/disable", disable_trigger)
     app.router.add_post("/triggers/{id}/run", run_trigger)
+    app.router.add_get("/agenda", agenda)
     app.router.add_get("/runs", list_runs)
     app.router.add_get("/runs/{run_id}", get_run)
     app.router.add_get("/election", election)
@@ -464,6 +467,32 @@ async def get_run(request: web.Request) -> web.Response:
             code="not_found",
         )
     return web.json_response(run_detail(row))
+
+
+# --------------------------------------------------------------------------- the agenda
+
+MAX_DEVICE_LENGTH = 256
+
+
+async def agenda(request: web.Request) -> web.Response:
+    """GET /agenda?hours=&device=: every listed trigger's occurrences in the next hours,
+    in time order, each with its device's state and whether it is at risk."""
+    try:
+        hours = parse_hours(request.query.get("hours"))
+    except ValueError as exc:
+        raise BadRequest(f"query parameter {exc}") from None
+    device = request.query.get("device") or None
+    if device is not None and (
+        len(device) > MAX_DEVICE_LENGTH or not device.isprintable() or device != device.strip()
+    ):
+        raise BadRequest(
+            f"query parameter device: give a peer id or a device name (at most "
+            f"{MAX_DEVICE_LENGTH} printable characters), not {device[:40]!r}"
+        )
+    port = _port(request)
+    await port.give_way()  # one walk over every definition: after a start due soon
+    answer = port.agenda(hours, device)
+    return web.json_response(agenda_view(answer, hours))
 
 
 # --------------------------------------------------------------------------- the rest

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from anyrtd.agenda import DEFAULT_HOURS, MAX_HOURS
 from anyrtd.control.page import OPENAPI_PATHS
 from anyrtd.vocab import (
     ENDED_STATUSES,
@@ -13,6 +14,7 @@ from anyrtd.vocab import (
     HistorySource,
     Kind,
     MissCause,
+    OwnerState,
     RollupField,
     RunStatus,
     TriggerState,
@@ -148,6 +150,102 @@ _SCHEMAS: dict[str, Any] = {
                 "items": {"type": "number"},
                 "description": "The newest missed occurrences (at most 20).",
             },
+        },
+    },
+    "AgendaOccurrence": {
+        "type": "object",
+        "required": [
+            "triggerId",
+            "at",
+            "local",
+            "tz",
+            "kind",
+            "owner",
+            "device",
+            "deviceName",
+            "deviceState",
+            "deviceSince",
+            "atRisk",
+            "cause",
+            "reason",
+            "fix",
+            "after",
+        ],
+        "properties": {
+            "triggerId": {"type": "string"},
+            "at": {
+                "type": ["number", "null"],
+                "description": "Unix seconds; null for an event trigger (in `listening`).",
+            },
+            "local": {
+                "type": ["string", "null"],
+                "description": "`at` as the wall time of the schedule's zone.",
+            },
+            "tz": {
+                "type": "string",
+                "description": "The schedule zone: UTC unless a cron names one.",
+            },
+            "kind": {"enum": list(Kind)},
+            "owner": {"type": "string", "description": "The record's owner (empty: unassigned)."},
+            "device": {
+                **_STR_OR_NULL,
+                "description": "The device that fires it: the owner, or the active device.",
+            },
+            "deviceName": _STR_OR_NULL,
+            "deviceState": {"enum": list(OwnerState)},
+            "deviceSince": {
+                **_NUM_OR_NULL,
+                "description": "Since when a `not_running` device has recorded nothing.",
+            },
+            "atRisk": {
+                "type": "boolean",
+                "description": "It will be missed as things stand.",
+            },
+            "cause": {
+                "enum": [*MissCause, None],
+                "description": "The cause a miss would have (null: not at risk).",
+            },
+            "reason": {**_STR_OR_NULL, "description": "Why it is at risk."},
+            "fix": {**_STR_OR_NULL, "description": "The command that helps, as `why` gives it."},
+            "after": {
+                **_STR_OR_NULL,
+                "description": "The upstream trigger whose occurrence a chain follows.",
+            },
+        },
+    },
+    "Agenda": {
+        "type": "object",
+        "required": [
+            "now",
+            "until",
+            "hours",
+            "occurrences",
+            "listening",
+            "atRisk",
+            "capped",
+            "truncated",
+        ],
+        "properties": {
+            "now": {"type": "number"},
+            "until": {"type": "number"},
+            "hours": {"type": "number"},
+            "occurrences": {
+                "type": "array",
+                "description": "In time order (at most 10,000; then `truncated`).",
+                "items": _ref("AgendaOccurrence"),
+            },
+            "listening": {
+                "type": "array",
+                "description": "Event triggers that follow no timed trigger: no times.",
+                "items": _ref("AgendaOccurrence"),
+            },
+            "atRisk": {"type": "integer", "description": "How many are at risk."},
+            "capped": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Triggers with more than 100 occurrences in the window.",
+            },
+            "truncated": {"type": "boolean"},
         },
     },
     "Missed": {
@@ -417,6 +515,33 @@ def _paths() -> dict[str, Any]:
                     "202": _json(_ref("RunStarted"), "The run started."),
                     **_errors(400, 403, 404, 409, 415, 429, 503),
                 },
+            }
+        },
+        "/agenda": {
+            "get": {
+                "summary": "Every enabled trigger of the space: its next occurrences, its "
+                "device's state, and whether each is at risk of being missed.",
+                "description": "From the records: every device's triggers, not only this "
+                'registry\'s (docs/cli.md, "agenda").',
+                "parameters": [
+                    {
+                        "name": "hours",
+                        "in": "query",
+                        "schema": {
+                            "type": "number",
+                            "exclusiveMinimum": 0,
+                            "maximum": MAX_HOURS,
+                            "default": DEFAULT_HOURS,
+                        },
+                    },
+                    {
+                        "name": "device",
+                        "in": "query",
+                        "description": "Only this device's (a peer id or a device name).",
+                        "schema": {"type": "string", "maxLength": 256},
+                    },
+                ],
+                "responses": {"200": _json(_ref("Agenda"), "The agenda."), **_errors(400)},
             }
         },
         "/runs": {

@@ -24,6 +24,7 @@ STATIC = resources.files("anyrtd.control").joinpath("static")
 SHELL = "index.html"
 ASSETS = {
     "app.js": "text/javascript",
+    "agenda.js": "text/javascript",
     "app.css": "text/css",
 }
 HEADERS = {
@@ -107,7 +108,7 @@ OPENAPI_PATHS: dict[str, Any] = {
             ],
             "responses": {
                 "200": {
-                    "description": "app.js, app.css, or vocab.json (anyrtd's words: run "
+                    "description": "app.js, agenda.js, app.css, or vocab.json (anyrtd's words: run "
                     "statuses, markers, states, verdicts).",
                     "content": {
                         "text/javascript": {"schema": {"type": "string"}},

@@ -10,6 +10,7 @@ import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
+from anyrtd import agenda as agendas
 from anyrtd.clock import Slice
 from anyrtd.metrics import Histogram, Stats
 from anyrtd.missed import Missed, Occurrence
@@ -19,6 +20,7 @@ from anyrtd.registry import Entry
 from anyrtd.rows import RunRow
 from anyrtd.runs import run_record
 from anyrtd.schedule import preview
+from anyrtd.schedule.zones import local_text
 from anyrtd.standing import STANDING_BY_ID, definition
 from anyrtd.vocab import (
     ENDED_STATUSES,
@@ -285,6 +287,43 @@ def missed_view(facts: MissedFacts) -> dict[str, Any]:
         "graceS": facts.grace_s,
         "lookbackS": facts.lookback_s,
         "now": facts.now,
+    }
+
+
+def agenda_occurrence(o: agendas.Occurrence) -> dict[str, Any]:
+    """Return one occurrence of the agenda as the API shows it."""
+    owner, risk = o.owner, o.risk
+    return {
+        "triggerId": o.trigger_id,
+        "at": o.at,
+        "local": local_text(o.at, o.tz) if o.at is not None else None,
+        "tz": o.tz,
+        "kind": o.kind,
+        "owner": owner.peer,
+        "device": owner.device,
+        "deviceName": owner.name,
+        "deviceState": owner.state,
+        "deviceSince": owner.since,
+        "atRisk": risk is not None,
+        "cause": risk.cause if risk is not None else None,
+        "reason": risk.text if risk is not None else None,
+        "fix": risk.fix if risk is not None else None,
+        "after": o.after,
+    }
+
+
+def agenda_view(a: agendas.Agenda, hours: float) -> dict[str, Any]:
+    """Return the answer of `GET /agenda`."""
+    return {
+        "now": a.now,
+        "until": a.until,
+        "hours": hours,
+        "occurrences": [agenda_occurrence(o) for o in a.occurrences],
+        "listening": [agenda_occurrence(o) for o in a.listening],
+        "atRisk": sum(1 for o in a.occurrences if o.at_risk)
+        + sum(1 for o in a.listening if o.at_risk),
+        "capped": list(a.capped),
+        "truncated": a.truncated,
     }
 
 

@@ -5,7 +5,7 @@ time fires; a repeated time fires the first time)."""
 from __future__ import annotations
 
 import math
-from datetime import datetime, tzinfo
+from datetime import UTC, datetime, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -25,6 +25,13 @@ def zone_of(name: Any) -> tuple[tzinfo | None, str | None]:
         return ZoneInfo(name), None
     except Exception:  # ZoneInfoNotFoundError, ValueError for odd keys, OSError for directories
         return None, f'tz "{name}" is not a known IANA zone name; use one like "Europe/Berlin"'
+
+
+def local_text(ts: float, name: str | None) -> str:
+    """Return an instant as the wall time of zone `name` (UTC when None or unknown)."""
+    zone, _ = zone_of(name) if name else (None, None)
+    dt = datetime.fromtimestamp(ts, zone or UTC)
+    return dt.strftime("%Y-%m-%d %H:%M:%S ") + (dt.tzname() or "UTC")
 
 
 def offset_s(dt: datetime) -> int:
