@@ -31,6 +31,7 @@ FLOW: tuple[tuple[str, ...], ...] = (
     # records on the server ─▶ client ─▶ record cache + mirror ─▶ reconcile ─▶ registry
     ("anyrtd.client",),
     ("anyrtd.places",),
+    ("anyrtd.chain",),
     ("anyrtd.schedule",),
     ("anyrtd.model",),
     ("anyrtd.records",),
