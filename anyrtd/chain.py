@@ -81,6 +81,20 @@ class UpstreamRun:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """The run a chain makes for an upstream run: its id, the upstream's, and its depth."""
+
+    run_id: str
+    upstream_run_id: str
+    depth: int
+
+    @classmethod
+    def to(cls, chain_id: str, upstream: UpstreamRun) -> Answer:
+        """Return the answer of chain `chain_id` to `upstream`."""
+        return cls(chained_run_id(chain_id, upstream.run_id), upstream.run_id, upstream.depth + 1)
+
+
 def is_runs_dataset(name: str) -> bool:
     """Return True for `agent_runs` by its short or its collection name."""
     return name == RUNS_DATASET or name.endswith("_" + RUNS_DATASET)
@@ -242,6 +256,44 @@ def show_cycle(loop: Iterable[str]) -> str:
     return " → ".join(loop)
 
 
+class ChainIndex:
+    """The chains among the records a device knows (every device's, by trigger id), and the
+    loops they form, worked out again only when a chain changed."""
+
+    def __init__(self) -> None:
+        self.filters: dict[str, RunFilter] = {}
+        self._cycles: dict[str, list[str]] = {}
+        self._stale = False
+
+    def __bool__(self) -> bool:
+        return bool(self.filters)
+
+    def note(self, rid: str, f: RunFilter | None) -> None:
+        """Note that record `rid` is the chain `f` (None: not a chain, or gone)."""
+        if self.filters.get(rid) == f:
+            return
+        if f is None:
+            del self.filters[rid]
+        else:
+            self.filters[rid] = f
+        self._stale = True
+
+    def settle(self) -> set[str]:
+        """Work the loops out again if a chain changed; return the chains that joined or
+        left a loop."""
+        if not self._stale:
+            return set()
+        self._stale = False
+        before = self._cycles
+        self._cycles = cycles(self.filters)
+        return set(before).symmetric_difference(self._cycles)
+
+    @property
+    def cycles(self) -> Mapping[str, list[str]]:
+        """A loop through each chain that is in one (as of the last `settle`)."""
+        return self._cycles
+
+
 def describe(f: RunFilter) -> str:
     """Return when a chain fires, in words: "after each ok run of nightly-backup"."""
     statuses = "" if f.statuses is None else " or ".join(sorted(f.statuses)) + " "
@@ -258,6 +310,8 @@ __all__ = [
     "DEFAULT_STATUS",
     "RUNS_DATASET",
     "STATUS_ANY",
+    "Answer",
+    "ChainIndex",
     "RunFilter",
     "UpstreamRun",
     "chained_run_id",

@@ -66,6 +66,7 @@ FLOW: tuple[tuple[str, ...], ...] = (
     # the port its readers use, the chat responder, and the active role
     ("anyrtd.port",),
     ("anyrtd.chat",),
+    ("anyrtd.chaining",),
     ("anyrtd.role",),
     ("anyrtd.why_facts",),
     ("anyrtd.notices",),
