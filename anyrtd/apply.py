@@ -385,7 +385,7 @@ class Apply:
         for rid in ids:
             defn = parsed.get(rid)
             if type(defn) is TriggerDef and defn.kind == Kind.EVENT:
-                index.note(rid, chain_of(defn))
+                index.note(rid, chain_of(defn) if defn.enabled else None)
             elif index and rid in index.filters:
                 index.note(rid, None)
         return index.settle()

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from anyrtd.chain import RunFilter
+from anyrtd.chain import RunFilter, find_cycle, show_cycle
 from anyrtd.schedule import (
     CronSchedule,
     EventSchedule,
@@ -48,7 +48,9 @@ __all__ = [
     "Malformed",
     "Rollup",
     "TriggerDef",
+    "chain_loop",
     "chain_of",
+    "chains_among",
     "fingerprint",
     "health_marker",
     "id_problem",
@@ -663,6 +665,31 @@ def chain_of(defn: TriggerDef) -> RunFilter | None:
     else None."""
     schedule = defn.schedule
     return schedule.chain if isinstance(schedule, EventSchedule) else None
+
+
+def chains_among(defs: Iterable[TriggerDef | Malformed]) -> dict[str, RunFilter]:
+    """Return the enabled chains among `defs` by id, with their filters: what can loop."""
+    out = {}
+    for defn in defs:
+        if type(defn) is TriggerDef and defn.enabled and (f := chain_of(defn)) is not None:
+            out[defn.id] = f
+    return out
+
+
+def chain_loop(
+    chains: Mapping[str, RunFilter], defn: TriggerDef | Malformed | None, rid: str
+) -> str | None:
+    """Return why writing `defn` as record `rid` among `chains` would close a loop of chains
+    (`a → b → a`, for a refusal), or None."""
+    others = {k: v for k, v in chains.items() if k != rid}
+    if isinstance(defn, TriggerDef) and defn.enabled and (f := chain_of(defn)) is not None:
+        loop = find_cycle({**others, rid: f}, rid)
+        if loop is not None:
+            return (
+                f"this chain would trigger itself: {show_cycle(loop)}; a chain may not answer "
+                "its own runs, directly or through other chains"
+            )
+    return None
 
 
 def once_at(defn: TriggerDef) -> float | None:
