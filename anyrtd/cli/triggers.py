@@ -213,6 +213,11 @@ def triggers_show(config: Config, trigger_id: str, as_json: bool) -> None:
         ("enabled", "yes" if t.get("enabled") else "no"),
         ("state", t.get("state")),
     ]
+    if isinstance(chain := t.get("chain"), dict):
+        ups = chain.get("upstream")
+        lines.append(("upstream", ", ".join(ups) if ups else "every trigger (no chain's run)"))
+        fired = chain.get("lastFiredBy")
+        lines.append(("last fired by", f"run {fired}" if fired else "- (not fired yet)"))
     if t.get("malformed"):
         lines.append(("malformed", t["malformed"]))
     if t.get("markerReason"):

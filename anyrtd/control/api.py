@@ -319,9 +319,18 @@ async def list_triggers(request: web.Request) -> web.Response:
 
 
 async def get_trigger(request: web.Request) -> web.Response:
-    """GET /triggers/:id: one trigger with its next fire times."""
-    _, facts = _known(request)
-    return web.json_response(_view(facts, detail=True))
+    """GET /triggers/:id: one trigger with its next fire times (a chain's, with the upstream
+    run that fired its last run)."""
+    port, facts = _known(request)
+    view = _view(facts, detail=True)
+    chain, ref = view.get("chain"), view.get(RollupField.LAST_RUN_REF)
+    if chain is not None and isinstance(ref, str):
+        row = await port.run(ref)
+        if row is None:  # run on another device: its record says
+            history = await port.trigger_runs(facts.id, limit=TRIGGER_RUNS)
+            row = next((r for r in history.runs if r.run_id == ref), None)
+        chain["lastFiredBy"] = row.upstream_run_id if row is not None else None
+    return web.json_response(view)
 
 
 async def trigger_runs(request: web.Request) -> web.Response:
