@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from fleet import Fleet, Node
 
+from anyrtd import chaining
 from anyrtd.chain import CHAIN_DEPTH_LIMIT, chained_run_id
-from anyrtd.client import Upsert
+from anyrtd.client import ServerUnavailable, Upsert
 
 
 async def chain(fleet: Fleet, node: Node, rid: str = "report", **flt: Any) -> None:
@@ -193,3 +195,46 @@ async def test_chains_written_elsewhere_into_a_loop_are_marked_and_never_fire(
     await fleet.step(1)
     for rid in ("ping", "pong"):
         assert (await a.record(rid)).get("lastStatus") is None
+
+
+async def test_without_a_chain_no_run_record_is_looked_at(
+    fleet: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = await fleet.node(1)
+    await backup(fleet, a)
+
+    def looked(*_args: Any) -> None:
+        raise AssertionError("a run record was read though no chain exists")
+
+    monkeypatch.setattr(chaining, "upstream_run", looked)
+    await steps(fleet, 2)
+    assert len(await fleet.runs("backup")) >= 2
+    assert not a.daemon.apply.chains
+
+
+async def test_an_answer_the_server_could_not_take_is_tried_again_at_a_later_page(
+    fleet: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = await fleet.node(1)
+    await chain(fleet, a)
+    _, runs, _ = await fleet.places()
+    client = a.daemon.role.chains.client
+    real = client.upsert
+    refused: list[str] = []
+
+    async def once_away(where: Any, writes: Any) -> dict[str, int]:
+        writes = list(writes)
+        if not refused and writes and writes[0].if_version == 0:
+            refused.append(writes[0].id)
+            raise ServerUnavailable("connection refused")
+        return await real(where, writes)
+
+    monkeypatch.setattr(client, "upsert", once_away)
+    at = fleet.clock.now()
+    rec = {"runId": "u1", "triggerId": "backup", "status": "ok", "startedAt": at, "endedAt": at}
+    await fleet.user.upsert(runs, [Upsert("u1", rec)])
+    await fleet.step(1)
+    assert refused == [chained_run_id("report", "u1")]
+    await fleet.user.upsert(runs, [Upsert("u2", {**rec, "runId": "u2"})])
+    await fleet.step(1)
+    assert sorted(c[3]["event"]["runId"] for c in fleet.programs.of("report")) == ["u1", "u2"]
