@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from anyrtd.missed import Missed, iso
-from anyrtd.model import STANDING_BUILTINS, TriggerDef
+from anyrtd.model import STANDING_BUILTINS, TriggerDef, chain_of
 from anyrtd.schedule import CronSchedule, EverySchedule, OnceSchedule
 from anyrtd.vocab import DeviceState, Kind, LastStatus, MissCause, OwnerState, is_unassigned
 
@@ -40,12 +40,20 @@ MAX_CHAIN_DEPTH = 10
 
 Follows = Callable[[TriggerDef], Sequence[str] | None]
 """Which triggers an event trigger answers (its upstreams), or None when it answers none
-of them (it listens to something else): the extension point for chains."""
+of them (it listens to something else)."""
 
 
 def no_follows(defn: TriggerDef) -> Sequence[str] | None:
-    """Return None: no event trigger follows another (no chains are defined yet)."""
+    """Return None: no event trigger follows another."""
     return None
+
+
+def chain_follows(defn: TriggerDef) -> Sequence[str] | None:
+    """Return the upstream triggers a chain names in its filter (docs/events.md, "Chains"),
+    else None: an event trigger on chat messages, or a chain on every trigger's runs, which
+    follows no one trigger's occurrences and is listed once in `listening`."""
+    f = chain_of(defn)
+    return sorted(f.trigger_ids) if f is not None and f.trigger_ids else None
 
 
 def parse_hours(text: str | None) -> float:
@@ -271,13 +279,14 @@ def agenda(
     *,
     hours: float = DEFAULT_HOURS,
     device: str | None = None,
-    follows: Follows = no_follows,
+    follows: Follows = chain_follows,
     at_risk_only: bool = False,
 ) -> Agenda:
     """Return the agenda of `defs` in (now, now + hours], earliest first.
 
     `device` keeps the occurrences of one device (its peer id or name); `follows` names the
-    upstreams of a chain (the extension point: no chains by default); `at_risk_only` walks
+    upstreams of an event trigger (by default a chain's filter: `chain_follows`);
+    `at_risk_only` walks
     only the triggers at risk (what the notice before the miss needs; chains then list only
     the ones whose own device is at risk).
     """
@@ -384,6 +393,7 @@ __all__ = [
     "Risk",
     "Scene",
     "agenda",
+    "chain_follows",
     "device_risk",
     "listed",
     "no_follows",

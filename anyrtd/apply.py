@@ -17,11 +17,12 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
+from anyrtd.chain import ChainIndex
 from anyrtd.claims import Fence
 from anyrtd.clock import Clock, Slice, SystemClock, rise_at_once
 from anyrtd.heap import gc_paused, keep_built
 from anyrtd.metrics import Stats
-from anyrtd.model import Malformed, TriggerDef, health_marker, stand_in
+from anyrtd.model import Malformed, TriggerDef, chain_of, health_marker, stand_in
 from anyrtd.reconcile import (
     Adopt,
     Confirm,
@@ -84,6 +85,7 @@ class Apply:
         fence: Fence | None = None,
         cancel: Callable[[str], None] = lambda _rid: None,
         clock: Clock | None = None,
+        chains: ChainIndex | None = None,
     ) -> None:
         self.registry = registry
         self.records = records
@@ -98,6 +100,8 @@ class Apply:
         self.cancel = cancel
         """Cancels the run prepared ahead for a trigger, if any, before its entry changes."""
         self.clock: Clock = clock or SystemClock()
+        self.chains = ChainIndex() if chains is None else chains
+        """The chains among every record reconciled, and their loops (anyrtd/chain.py)."""
         self.unconfirmed: set[str] = set()
         """Claimed entries waiting for their stamp to come back: reconciled every step, a
         slice of them while many wait (`_claims`)."""
@@ -345,6 +349,9 @@ class Apply:
     def reconcile(self, ids: Iterable[str], now: float, verdict: str, peer_id: str) -> None:
         """Reconcile `ids` and apply the plan."""
         ids = ids if isinstance(ids, set | frozenset | list | tuple) else list(ids)
+        looped = self._note_chains(ids)
+        if looped:
+            ids = [*ids, *sorted(looped.difference(ids))]  # their marker changes too
         # The rows themselves, not copies: the plan is made before any action changes one.
         entries = self.registry.entries
         views: dict[str, EntryFacts] = {rid: entries[rid].row for rid in ids if rid in entries}
@@ -359,6 +366,8 @@ class Apply:
         )
         if fence is not None:
             ctx = replace(ctx, may_claim=fence.may_claim(now), mine=fence.mine, seen=fence.seen)
+        if self.chains:
+            ctx = replace(ctx, loops=self.chains.cycles)
         pending = self.records.pending_owner(ids)
         plan = reconcile(ids, self.records.parsed, views, ctx, pending)
         for action in plan:
@@ -368,6 +377,18 @@ class Apply:
         if owed := self._pull_back.intersection(ids):
             self._pull_back -= owed
             self._pulled_back(owed, now)
+
+    def _note_chains(self, ids: Iterable[str]) -> set[str]:
+        """Note the chains among the records of `ids`; return the chains that joined or left
+        a loop. Without a chain anywhere, one look-up and a kind compare per id."""
+        index, parsed = self.chains, self.records.parsed
+        for rid in ids:
+            defn = parsed.get(rid)
+            if type(defn) is TriggerDef and defn.kind == Kind.EVENT:
+                index.note(rid, chain_of(defn) if defn.enabled else None)
+            elif index and rid in index.filters:
+                index.note(rid, None)
+        return index.settle()
 
     def apply(self, action: object, now: float, peer_id: str) -> None:
         """Carry out one action of a plan."""

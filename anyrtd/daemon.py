@@ -152,6 +152,7 @@ class Daemon:
             firing=self.firing,
             runner=self.runner,
             stats=self.stats,
+            chains=self.apply.chains,
         )
         # Event triggers, the chat responder, the standing built-ins (docs/events.md).
         self.role = Role(

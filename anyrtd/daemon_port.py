@@ -13,6 +13,7 @@ from typing import Any, Protocol, cast
 
 from anyrtd import agenda as agendas
 from anyrtd import history
+from anyrtd.chain import ChainIndex
 from anyrtd.claims import Fence
 from anyrtd.client import DevicesView, ServerClient
 from anyrtd.clock import Clock
@@ -90,6 +91,7 @@ class DaemonPort:
         runner: Runner,
         stats: Stats,
         notices: Notices,
+        chains: ChainIndex | None = None,
     ) -> None:
         self.loops = loops
         self.clock = clock
@@ -104,6 +106,7 @@ class DaemonPort:
         self.runner = runner
         self.stats = stats
         self.notices = notices
+        self.chains = ChainIndex() if chains is None else chains
 
     @property
     def peer_id(self) -> str | None:
@@ -215,6 +218,9 @@ class DaemonPort:
 
     def overlap_skips(self, trigger_id: str) -> int:
         return self.stats.overlap_by_trigger.get(trigger_id, 0)
+
+    def chain_loop(self, trigger_id: str) -> Sequence[str] | None:
+        return self.chains.cycles.get(trigger_id)
 
     def missed_of(self, trigger_id: str, now: float, scheduled: Sequence[float]) -> Missed | None:
         return self.notices.watch.of(trigger_id, now, self.peer_id, scheduled)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from anyrtd import lifecycle
+from anyrtd.chain import Answer, UpstreamRun
 from anyrtd.clock import Clock
 from anyrtd.events import ChatMessage
 from anyrtd.heap import gc_paused
@@ -427,6 +428,42 @@ class Firing:
             return None
         return self.spawn(entry.id, launch)
 
+    async def fire_chain(
+        self,
+        entry: Entry,
+        upstream: UpstreamRun,
+        answer: Answer,
+        event: dict[str, Any],
+        now: float,
+        device: str | None,
+        verdict: str,
+    ) -> asyncio.Task[None] | None:
+        """Start the run of a chain answering `upstream` (its id and depth in `answer`), with
+        `event` in its args; return its task (None: not started, also when its run could not
+        be written to the mirror)."""
+        # The run serves the upstream run: its scheduledAt is when that run ended.
+        at = upstream.ended_at if upstream.ended_at is not None else now
+        batch = Prepared.of(at, [entry], self.registry)
+        fire = self.unit.fire()
+        row = self.prepare(fire, entry, at, now, device, verdict, answer=answer)
+        if row is None:
+            return None
+        args = dict(entry.defn.args)
+        args["event"] = event
+        batch.launches[entry.id] = launch = self._launch(row, args)
+        try:
+            await self.unit.commit_fire(fire, now)
+        except CommitFailed:
+            self._take_back_all(batch)
+            log.warning(
+                "not firing %s for run %s: its run could not be written to the mirror",
+                entry.id,
+                upstream.run_id,
+                extra={"trigger": entry.id},
+            )
+            return None
+        return self.spawn(entry.id, launch)
+
     def prepare(
         self,
         w: Writes,
@@ -438,6 +475,7 @@ class Firing:
         *,
         ahead: bool = False,
         held_up: float = 0.0,
+        answer: Answer | None = None,
     ) -> RunRow | None:
         """Make the run of `entry` due at `due` (None: by hand) in the fire's unit of work
         `w`, and re-arm a cron in the registry; return its row, or None when it does not run.
@@ -451,6 +489,8 @@ class Firing:
         `held_up`: how long the timer was held up before it came to this (the daemon was
         stopped): a cron occurrence that passed more than `MISSED_AFTER_S` ago meanwhile
         is a missed one, not fired.
+
+        `answer`: the run is a chain's, answering an upstream run (`fire_chain`).
         """
         defn = entry.defn
         assert device is not None
@@ -488,7 +528,7 @@ class Firing:
         if ahead and due is not None:
             row = lifecycle.prepare(w, entry, due, max(due, now), device)
         else:
-            row = lifecycle.begin(w, entry, due, now, device)
+            row = lifecycle.begin(w, entry, due, now, device, answer)
         return row
 
     def missed(self, entry: Entry, due: float, late: float) -> bool:

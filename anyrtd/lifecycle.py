@@ -27,7 +27,8 @@ What each transition writes:
 - `note` (started → running): the run row (the real `started_at`), the entry's row (a cron
   re-armed, a `once` consumed), a `once`'s consumption as a trigger write (`lastRunAt` the
   time it was to start).
-- `begin` (due → running, a run by hand or an event's, never prepared): the run row.
+- `begin` (due → running, a run by hand or an event's, never prepared): the run row; a
+  chain's run (`answer`) has the id `chain.chained_run_id` gives and names its upstream.
 - `end` (running → ended): the run row with its outcome, the `agent_runs` record, the
   rollup and the breaker as a trigger write, the entry's row.
 - `end` with the outcome `interrupted` (running → ended `interrupted`, a run a crash left
@@ -55,6 +56,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
+from anyrtd.chain import Answer
 from anyrtd.logs import iso_time
 from anyrtd.model import TriggerDef
 from anyrtd.program import RunOutcome
@@ -86,25 +88,41 @@ def prepare(w: Writes, entry: Entry, due: float, start_at: float, device: str) -
     return _new_run(w, entry, due, start_at, device, RunState.PREPARED)
 
 
-def begin(w: Writes, entry: Entry, due: float | None, now: float, device: str) -> RunRow:
+def begin(
+    w: Writes,
+    entry: Entry,
+    due: float | None,
+    now: float,
+    device: str,
+    answer: Answer | None = None,
+) -> RunRow:
     """due → running, for a run never prepared ahead (by hand: `due` None; an event's: the
-    message's time). Writes the run row."""
-    return _new_run(w, entry, due, now, device, RunState.RUNNING)
+    message's time or the upstream run's end). Writes the run row; a chain's run (`answer`)
+    takes its id and its upstream from it."""
+    return _new_run(w, entry, due, now, device, RunState.RUNNING, answer)
 
 
 def _new_run(
-    w: Writes, entry: Entry, due: float | None, start_at: float, device: str, state: RunState
+    w: Writes,
+    entry: Entry,
+    due: float | None,
+    start_at: float,
+    device: str,
+    state: RunState,
+    answer: Answer | None = None,
 ) -> RunRow:
     """Write and return the row of a new run of `entry` in `state`."""
     defn = entry.defn
     row = RunRow(
-        run_id=new_run_id(),
+        run_id=new_run_id() if answer is None else answer.run_id,
         trigger_id=defn.id,
         program=defn.program,
         device=device,
         scheduled_at=due,
         started_at=start_at,
         state=state,
+        upstream_run_id=None if answer is None else answer.upstream_run_id,
+        chain_depth=0 if answer is None else answer.depth,
     )
     w.save_run(row)
     return row

@@ -133,6 +133,8 @@ runs_table = Table(
     Column("process_group", Integer),
     Column("process_start", Text),
     Column("state", Text, nullable=False, server_default=RunState.ENDED.value),
+    Column("upstream_run_id", Text),
+    Column("chain_depth", Integer, nullable=False, server_default="0"),
     Index("runs_trigger_started", "trigger_id", "started_at"),
     Index("runs_status", "status"),
     Index("runs_started", "started_at"),
@@ -200,7 +202,7 @@ def _dumps(value: Any) -> str:
     return _ENCODER.encode(value)
 
 
-SCHEMA_HEAD = "0006"
+SCHEMA_HEAD = "chained_runs"
 """The schema revision this code works on: the head of migrations/ (a test holds them
 equal). A start whose mirror is at it reads the revision without loading Alembic, which
 costs the start about 0.2 s of imports; anything else (a new mirror, an upgrade, a mirror

@@ -8,8 +8,9 @@ trouble are kept apart:
 - **A health marker** (the daemon adopts the record but it never fires, and `lastStatus` says
   why): the fields are well typed but the *content* of `spec` is unusable — a bad or
   never-matching cron expression, a bad zone, a once without a numeric `at`, an event without
-  `dataset` and `objectId` (`invalid_spec`), or an event on a dataset other than
-  `chat_messages` (`unsupported_source`). A missing `spec` is content, so it is a marker; a
+  `dataset` and `objectId` (`invalid_spec`), a chain with an unusable filter
+  (`invalid_spec`, anyrtd/chain.py), or an event on a dataset other than `chat_messages` and
+  `agent_runs` (`unsupported_source`). A missing `spec` is content, so it is a marker; a
   `spec` that is not an object at all is a type error, so it is malformed.
 """
 
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from anyrtd.chain import RunFilter, find_cycle, show_cycle
 from anyrtd.schedule import (
     CronSchedule,
     EventSchedule,
@@ -46,6 +48,9 @@ __all__ = [
     "Malformed",
     "Rollup",
     "TriggerDef",
+    "chain_loop",
+    "chain_of",
+    "chains_among",
     "fingerprint",
     "health_marker",
     "id_problem",
@@ -596,7 +601,7 @@ def _problem(schedule: Schedule, now: float | None) -> tuple[Marker, str] | None
     if schedule.error is not None:
         return Marker.INVALID_SPEC, schedule.error
     if isinstance(schedule, EventSchedule):
-        if schedule.dataset in SUPPORTED_EVENT_DATASETS:
+        if schedule.dataset in SUPPORTED_EVENT_DATASETS or schedule.chain is not None:
             return None
         return Marker.UNSUPPORTED_SOURCE, _unsupported(schedule.dataset)
     if (
@@ -634,7 +639,10 @@ def marker_reason(defn: TriggerDef, now: float | None = None) -> str | None:
 
 def _unsupported(dataset: str) -> str:
     shown = dataset if len(dataset) <= 80 else dataset[:79] + "…"
-    return f'event dataset "{shown}" is not supported; only "chat_messages" can fire a trigger'
+    return (
+        f'event dataset "{shown}" is not supported; only "chat_messages" and "agent_runs" '
+        "can fire a trigger"
+    )
 
 
 def spec_error(kind: str, spec: Any, now: float | None = None) -> str | None:
@@ -650,6 +658,38 @@ def spec_error(kind: str, spec: Any, now: float | None = None) -> str | None:
         return f'spec must be an object such as {{"cron": "0 8 * * *"}}, not {_show(spec)}'
     problem = _problem(compile_schedule(kind, spec), time.time() if now is None else now)
     return None if problem is None else problem[1]
+
+
+def chain_of(defn: TriggerDef) -> RunFilter | None:
+    """Return the filter of a chain (an event trigger on `agent_runs` with a usable spec),
+    else None."""
+    schedule = defn.schedule
+    return schedule.chain if isinstance(schedule, EventSchedule) else None
+
+
+def chains_among(defs: Iterable[TriggerDef | Malformed]) -> dict[str, RunFilter]:
+    """Return the enabled chains among `defs` by id, with their filters: what can loop."""
+    out = {}
+    for defn in defs:
+        if type(defn) is TriggerDef and defn.enabled and (f := chain_of(defn)) is not None:
+            out[defn.id] = f
+    return out
+
+
+def chain_loop(
+    chains: Mapping[str, RunFilter], defn: TriggerDef | Malformed | None, rid: str
+) -> str | None:
+    """Return why writing `defn` as record `rid` among `chains` would close a loop of chains
+    (`a → b → a`, for a refusal), or None."""
+    others = {k: v for k, v in chains.items() if k != rid}
+    if isinstance(defn, TriggerDef) and defn.enabled and (f := chain_of(defn)) is not None:
+        loop = find_cycle({**others, rid: f}, rid)
+        if loop is not None:
+            return (
+                f"this chain would trigger itself: {show_cycle(loop)}; a chain may not answer "
+                "its own runs, directly or through other chains"
+            )
+    return None
 
 
 def once_at(defn: TriggerDef) -> float | None:

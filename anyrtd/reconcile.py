@@ -8,7 +8,7 @@ are table tests of this module.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Set
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -120,6 +120,9 @@ class Context:
     """The fencing token of each claim this device stamped."""
     seen: Mapping[str, Token] = field(default_factory=dict)
     """The fencing token each record shows, where its owner wrote one."""
+    loops: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    """A loop through each chain that is in one (`chain.ChainIndex.cycles`): marked
+    `invalid_spec`, it never fires."""
 
 
 MARKERS = frozenset({Marker.INVALID_SPEC, Marker.UNSUPPORTED_SOURCE})
@@ -171,11 +174,11 @@ def _one(
     if not mine:
         # Unassigned: the active device claims it (past its takeover hold); others let go.
         if ctx.active and ctx.may_claim:
-            return [Adopt(rec, claim=True), *_marker(rec, ctx.now)]
+            return [Adopt(rec, claim=True), *_marker(rec, ctx.now, ctx.loops)]
         return [Evict(rid, "unassigned")] if entry is not None else []
 
     if entry is None:
-        return [Adopt(rec, claim=False), *_marker(rec, ctx.now)]
+        return [Adopt(rec, claim=False), *_marker(rec, ctx.now, ctx.loops)]
     actions: list[Action] = []
     if entry.claimed_at is not None:
         if rid in pending_owner or ctx.now < entry.claimed_at + ctx.confirm_after:
@@ -190,7 +193,7 @@ def _one(
         actions.append(Toggle(rec, rec.enabled))
     elif not actions:
         actions.append(Track(rec))
-    actions.extend(_marker(rec, ctx.now))
+    actions.extend(_marker(rec, ctx.now, ctx.loops))
     return actions
 
 
@@ -203,8 +206,10 @@ def _shot_changed(rec: TriggerDef, entry: EntryFacts) -> bool:
     return rec.kind == Kind.ONCE and entry.consumed != (rec.rollup.last_run_at is not None)
 
 
-def _marker(rec: TriggerDef, now: float) -> list[Action]:
+def _marker(rec: TriggerDef, now: float, loops: Mapping[str, Sequence[str]]) -> list[Action]:
     wanted = health_marker(rec, now)
+    if wanted is None and loops and rec.enabled and rec.id in loops:
+        wanted = Marker.INVALID_SPEC  # a chain in a loop (anyrtd/chain.py)
     shown = rec.rollup.last_status
     if wanted is not None:
         return [Mark(rec.id, wanted)] if shown != wanted else []

@@ -3,7 +3,8 @@
 The device the election makes active arms the standing built-ins and holds the
 chat-watch record; a device that stands down gives both up (docs/election.md). New chat
 messages the change feed brings fire the event triggers that listen to them, and are
-offered to the chat watch (docs/events.md).
+offered to the chat watch; the run records it brings fire the chains (`chaining.py`,
+docs/events.md).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Iterable
 
 from anyrtd import standing
 from anyrtd.apply import Apply
+from anyrtd.chaining import Chaining
 from anyrtd.chat import ChatWatch, current_generation, ensure_chat_watch
 from anyrtd.claims import Fence
 from anyrtd.client import Change, Dataset, Pace, ServerClient, ServerError, ServerUnavailable
@@ -84,6 +86,16 @@ class Role:
         self.chat = ChatWatch(
             agent_name=agent_name, client=client, clock=clock, scheduler=port, fire=self.converse
         )
+        self.chains = Chaining(
+            client=client,
+            clock=clock,
+            sync=sync,
+            registry=registry,
+            firing=firing,
+            index=apply.chains,
+            live=self.live,
+        )
+        """Chains: the runs that answer the run records the feed brings (docs/events.md)."""
         self._chat_watch_found: str | None = None
         """The chat-watch generation boot found (or seeded); None until the server answered."""
         self._stamped: str | None = None
@@ -304,6 +316,9 @@ class Role:
         peer_id = self.sync.peer_id
         if self.gate.verdict == Verdict.PRUNED or peer_id is None:
             return
+        if not isinstance(changes, list | tuple):
+            changes = list(changes)
+        await self.chains.route(changes, space, peer_id, self.gate.verdict)
         messages = [
             m for c in changes if (m := new_message(c, space)) is not None and self.live.admits(m)
         ]

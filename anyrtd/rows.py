@@ -56,6 +56,10 @@ class RunRow:
     """Where the run is in its life (`RunState`; `anyrtd/lifecycle.py` moves it). Left out,
     it follows from `status`: `running` while that is `running`, else `ended` (a run read
     from a server record)."""
+    upstream_run_id: str | None = None
+    """The run a chain's run answers (docs/events.md, "Chains"); None for any other run."""
+    chain_depth: int = 0
+    """How many chains in a row led to this run: 0 for a run no chain started."""
 
     def __post_init__(self) -> None:
         if not self.state:

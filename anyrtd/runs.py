@@ -122,7 +122,16 @@ def duration_ms(started_at: float, ended_at: float) -> int:
 
 
 def run_record(row: RunRow) -> dict[str, Any]:
-    """Return the `agent_runs` record of a run: the seeds' fields, `scheduledAt` and `fuel`."""
+    """Return the `agent_runs` record of a run: the seeds' fields, `scheduledAt` and `fuel`,
+    and for a chain's run `upstreamRunId` and `chainDepth`."""
+    record = _run_fields(row)
+    if row.upstream_run_id is not None:
+        record["upstreamRunId"] = row.upstream_run_id
+        record["chainDepth"] = row.chain_depth
+    return record
+
+
+def _run_fields(row: RunRow) -> dict[str, Any]:
     result = row.result
     tokens = result.get("tokens")
     return {
@@ -185,7 +194,14 @@ def run_row(record: Mapping[str, Any]) -> RunRow | None:
         duration_ms=duration if _is_int(duration) else None,
         error_type=text("errorType"),
         result=result,
+        upstream_run_id=text("upstreamRunId"),
+        chain_depth=_depth(record.get("chainDepth")),
     )
+
+
+def _depth(value: Any) -> int:
+    """Return a record's `chainDepth` (0 when absent or not a positive whole number)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 RESULT_KEYS = frozenset((*COUNT_KEYS, *TEXT_KEYS, *NUMBER_KEYS, "tokens"))

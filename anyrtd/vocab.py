@@ -156,6 +156,8 @@ class Cause(StrEnum):
     RUNNING = "running"
     OVERLAP_SKIPS = "overlap_skips"
     MISSED = "missed"
+    CHAIN = "chain"
+    """A note: what a chain answers, and the upstream run its last run answered."""
 
 
 class MissCause(StrEnum):

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from anyrtd.chain import RunFilter, describe, show_cycle
 from anyrtd.missed import Missed, iso
 from anyrtd.model import Malformed, TriggerDef, marker_reason
 from anyrtd.registry import Entry
@@ -96,6 +97,12 @@ class WhyFacts:
     """The next occurrences of the spec from now, wherever it runs (for another device)."""
     missed: Missed | None = None
     """Its missed occurrences (anyrtd/missed.py), wherever it is pinned."""
+    chain: RunFilter | None = None
+    """A chain's filter (anyrtd/chain.py); None for any other trigger."""
+    chain_loop: Sequence[str] | None = None
+    """The loop of chains it is in, where it is in one: it never fires."""
+    last_fired_by: str | None = None
+    """A chain's: the upstream run its last run here answered."""
 
 
 @dataclass(frozen=True)
@@ -339,6 +346,16 @@ def _definition(facts: WhyFacts, defn: TriggerDef, entry: Entry | None) -> list[
                 None,
             )
         )
+    if facts.chain_loop is not None and defn.enabled:
+        shown = show_cycle(facts.chain_loop)
+        out.append(
+            Reason(
+                Cause.MARKER,
+                f"it is a chain in a loop ({shown}) and never fires: it would trigger itself",
+                {"marker": Marker.INVALID_SPEC, "field": "spec", "loop": list(facts.chain_loop)},
+                f"anyrtd triggers edit {facts.id} --after ID",
+            )
+        )
     if row is not None and row.marker is not None:
         reason = marker_reason(defn, facts.now) or row.marker
         at_fault = "program" if row.marker == Marker.NOT_INSTALLED else "spec"
@@ -492,6 +509,23 @@ def _notes(facts: WhyFacts, defn: TriggerDef, entry: Entry | None) -> list[Reaso
         )
     if facts.missed is not None:
         out.append(missed_reason(facts.missed))
+    if facts.chain is not None:
+        fired = facts.last_fired_by
+        out.append(
+            Reason(
+                Cause.CHAIN,
+                f"it is a chain: it fires {describe(facts.chain)}"
+                + (f"; its last run answered run {fired}" if fired else "; it has not fired here"),
+                {
+                    "upstream": None
+                    if facts.chain.trigger_ids is None
+                    else sorted(facts.chain.trigger_ids),
+                    "lastFiredBy": fired,
+                },
+                f"anyrtd runs list --trigger {facts.id}",
+                blocking=False,
+            )
+        )
     return out
 
 

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from anyrtd.client import DevicesView
 from anyrtd.missed import Missed
-from anyrtd.model import TriggerDef
+from anyrtd.model import TriggerDef, chain_of
 from anyrtd.port import TriggerFacts
 from anyrtd.registry import Entry
 from anyrtd.rows import RunRow
@@ -66,6 +66,10 @@ class Parts(Protocol):
 
     def overlap_skips(self, trigger_id: str) -> int: ...
 
+    def chain_loop(self, trigger_id: str) -> Sequence[str] | None:
+        """Return the loop of chains `trigger_id` is in (anyrtd/chain.py), or None."""
+        ...
+
     def missed_of(
         self, trigger_id: str, now: float, scheduled: Sequence[float]
     ) -> Missed | None: ...
@@ -101,6 +105,12 @@ async def gather(parts: Parts, trigger_id: str) -> WhyFacts:
         if defn is not None and defn.kind == Kind.ONCE:
             scheduled = [r for r in rows if r.scheduled_at is not None]
             consumed_run = scheduled[0].run_id if scheduled else None
+    chain = chain_of(defn) if defn is not None else None
+    last_fired_by: str | None = None
+    if chain is not None:
+        # The upstream run its last run answered: the newest of its runs here that names one.
+        answered = [r for r in rows if r.upstream_run_id is not None]
+        last_fired_by = answered[0].upstream_run_id if answered else None
     return WhyFacts(
         id=trigger_id,
         now=now,
@@ -118,6 +128,9 @@ async def gather(parts: Parts, trigger_id: str) -> WhyFacts:
         failures=failures,
         consumed_run=consumed_run,
         overlap_skips=parts.overlap_skips(trigger_id),
+        chain=chain,
+        chain_loop=parts.chain_loop(trigger_id) if chain is not None else None,
+        last_fired_by=last_fired_by,
         next_fires=_next_fires(entry),
         spec_fires=preview(defn, now, NEXT_FIRES) if defn is not None and defn.enabled else (),
         missed=parts.missed_of(

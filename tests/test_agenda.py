@@ -251,3 +251,15 @@ def test_hours_are_checked(text: str | None, hours: float | None, problem: str |
     else:
         with pytest.raises(ValueError, match=problem):
             parse_hours(text)
+
+
+def test_a_chain_record_follows_its_upstream_by_default() -> None:
+    """A chain's filter names its upstreams (docs/events.md): the agenda reads it as is."""
+    upstream = defn("backup", owner=C)
+    spec = {"dataset": "agent_runs", "filter": {"triggerId": "backup"}}
+    chain = defn("report", kind="event", spec=spec)
+    everything = defn("cleanup", kind="event", spec={"dataset": "agent_runs", "filter": {}})
+    ag = agenda([chain, everything, upstream], scene(silent=silences([silent_c()])), hours=1)
+    got = [(o.trigger_id, o.at - NOW if o.at else None, o.after) for o in ag.occurrences]
+    assert got == [("backup", 3600, None), ("report", 3600, "backup")]
+    assert [o.trigger_id for o in ag.listening] == ["cleanup"]

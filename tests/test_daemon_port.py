@@ -92,6 +92,9 @@ class Facts:
     def overlap_skips(self, trigger_id: str) -> int:
         return 2
 
+    def chain_loop(self, trigger_id: str) -> Sequence[str] | None:
+        return None
+
     def missed_of(self, trigger_id: str, now: float, scheduled: Sequence[float]) -> Missed | None:
         return None
 

@@ -31,6 +31,7 @@ FLOW: tuple[tuple[str, ...], ...] = (
     # records on the server ─▶ client ─▶ record cache + mirror ─▶ reconcile ─▶ registry
     ("anyrtd.client",),
     ("anyrtd.places",),
+    ("anyrtd.chain",),
     ("anyrtd.schedule",),
     ("anyrtd.model",),
     ("anyrtd.records",),
@@ -66,6 +67,7 @@ FLOW: tuple[tuple[str, ...], ...] = (
     # the port its readers use, the chat responder, and the active role
     ("anyrtd.port",),
     ("anyrtd.chat",),
+    ("anyrtd.chaining",),
     ("anyrtd.role",),
     ("anyrtd.why_facts",),
     ("anyrtd.notices",),

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, tzinfo
 from typing import Any
 
+from anyrtd.chain import describe, is_runs_dataset, parse_filter
 from anyrtd.escape import printable, printable_json
 from anyrtd.vocab import Kind, is_stamp, is_unassigned
 
@@ -116,6 +117,10 @@ def schedule(kind: Any, spec: Any) -> str:
     if kind == Kind.ONCE and "at" in spec:
         return f"at {clock(spec['at']) if _number(spec['at']) else spec['at']}"
     if kind == Kind.EVENT:
+        dataset = spec.get("dataset")
+        if isinstance(dataset, str) and is_runs_dataset(dataset):
+            f = parse_filter(spec.get("filter"))
+            return describe(f) if not isinstance(f, str) else f"on {dataset} (bad filter)"
         return f"on {spec.get('dataset', '?')} of {short(str(spec.get('objectId', '?')))}"
     return json.dumps(spec, separators=(",", ":"))[:40]
 

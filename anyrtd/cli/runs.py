@@ -30,7 +30,8 @@ def runs() -> None:
 
 
 def runs_table(items: list[dict[str, Any]], now: float) -> str:
-    """Return runs as a table; LATE is `startedAt - scheduledAt`, blank for a manual run."""
+    """Return runs as a table; LATE is `startedAt - scheduledAt`, blank for a manual run;
+    AFTER RUN, when a chain's run is among them, the upstream run each answers."""
     rows = [
         [
             r["runId"],
@@ -44,6 +45,11 @@ def runs_table(items: list[dict[str, Any]], now: float) -> str:
         for r in items
     ]
     headers = ["RUN", "TRIGGER", "STARTED", "LATE", "STATUS", "DURATION", "NOTE"]
+    if any(r.get("upstreamRunId") for r in items):
+        # A chain's run answers an upstream run (docs/events.md): say which fired which.
+        headers.append("AFTER RUN")
+        for row, r in zip(rows, items, strict=True):
+            row.append(str(r.get("upstreamRunId") or ""))
     return fmt.table(headers, rows)
 
 

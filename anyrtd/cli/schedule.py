@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from anyrtd.chain import describe, is_runs_dataset
 from anyrtd.cli import format as fmt
 from anyrtd.cli.caution import schedule_warnings
 from anyrtd.cli.shared import echo, emit_json, json_option
@@ -72,6 +73,9 @@ def _spec(
         raise click.BadParameter(f"not valid JSON: {exc}", param_hint="SPEC") from None
     if not isinstance(value, dict):
         raise click.BadParameter("a JSON spec is an object", param_hint="SPEC")
+    dataset = value.get("dataset")
+    if isinstance(dataset, str) and is_runs_dataset(dataset):
+        return Kind.EVENT.value, value  # a chain: it fires after runs, said in words
     if "dataset" in value or "objectId" in value:
         raise click.UsageError("an event trigger fires on a chat message, never on the clock")
     kind = Kind.ONCE.value if "at" in value else Kind.CRON.value
@@ -112,6 +116,14 @@ def schedule_preview(
     compiled = compile_schedule(kind, body)
     if compiled.error is not None:
         raise click.ClickException(compiled.error)
+    chain = getattr(compiled, "chain", None)
+    if chain is not None:
+        said = describe(chain)
+        if as_json:
+            emit_json({"kind": kind, "spec": body, "after": said, "fires": [], "warnings": []})
+        else:
+            echo(f"{said}: a chain fires on run records, never on the clock")
+        return
     cron_tz = body.get("tz") if "cron" in body else None
     shown_tz = cron_tz if isinstance(cron_tz, str) else tz
     if shown_tz is None and "cron" in body:

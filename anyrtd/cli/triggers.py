@@ -213,6 +213,11 @@ def triggers_show(config: Config, trigger_id: str, as_json: bool) -> None:
         ("enabled", "yes" if t.get("enabled") else "no"),
         ("state", t.get("state")),
     ]
+    if isinstance(chain := t.get("chain"), dict):
+        ups = chain.get("upstream")
+        lines.append(("upstream", ", ".join(ups) if ups else "every trigger (no chain's run)"))
+        fired = chain.get("lastFiredBy")
+        lines.append(("last fired by", f"run {fired}" if fired else "- (not fired yet)"))
     if t.get("malformed"):
         lines.append(("malformed", t["malformed"]))
     if t.get("markerReason"):
@@ -370,6 +375,22 @@ def definition_options(fn: F) -> F:
         click.option("--at", "at", metavar="TIME", help="A once trigger: epoch s, ISO time, +10m."),
         click.option("--event-chat", metavar="CHAT", help="An event trigger on a chat's messages."),
         click.option("--event-space", metavar="SPACE", help="The space of --event-chat."),
+        click.option(
+            "--after",
+            "after_ids",
+            multiple=True,
+            metavar="ID",
+            help="A chain: fire after each run of trigger ID (repeat for several).",
+        ),
+        click.option(
+            "--after-status",
+            "after_statuses",
+            multiple=True,
+            metavar="STATUS",
+            help="With --after: the run statuses that fire it: ok (default), failed, "
+            "incomplete, interrupted, any.",
+        ),
+        click.option("--after-device", metavar="PEER", help="With --after: only runs of PEER."),
         click.option("--program", help="Program spec, e.g. agent:remind@v1."),
         click.option("--arg", "arg_pairs", multiple=True, metavar="K=V", help="One arg (JSON)."),
         click.option("--args-json", metavar="JSON", help="All args as a JSON object."),
@@ -385,8 +406,12 @@ def _definition(opts: Mapping[str, Any], now: float) -> dict[str, Any]:
     """Return the record fields the definition flags set."""
     fields: dict[str, Any] = {}
     kinds = [k for k in ("cron_expr", "every_s", "at", "event_chat") if opts.get(k) is not None]
+    if opts.get("after_ids"):
+        kinds.append("after_ids")
     if len(kinds) > 1:
-        raise click.UsageError("give one schedule: --cron, --every, --at or --event-chat")
+        raise click.UsageError("give one schedule: --cron, --every, --at, --event-chat or --after")
+    if (opts.get("after_statuses") or opts.get("after_device")) and not opts.get("after_ids"):
+        raise click.UsageError("--after-status and --after-device go with --after")
     if opts.get("tz") and opts.get("cron_expr") is None:
         raise click.UsageError("--tz goes with --cron")
     if opts.get("event_space") and opts.get("event_chat") is None:
@@ -405,6 +430,14 @@ def _definition(opts: Mapping[str, Any], now: float) -> dict[str, Any]:
         if opts.get("event_space"):
             spec["spaceId"] = opts["event_space"]
         fields.update(kind=Kind.EVENT.value, spec=spec)
+    elif opts.get("after_ids"):
+        ids, statuses = list(opts["after_ids"]), list(opts.get("after_statuses") or ())
+        flt: dict[str, Any] = {"triggerId": ids[0] if len(ids) == 1 else ids}
+        if statuses:
+            flt["status"] = statuses[0] if len(statuses) == 1 else statuses
+        if opts.get("after_device"):
+            flt["device"] = opts["after_device"]
+        fields.update(kind=Kind.EVENT.value, spec={"dataset": "agent_runs", "filter": flt})
     if opts.get("name") is not None:
         fields["name"] = opts["name"]
     if opts.get("program") is not None:

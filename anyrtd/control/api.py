@@ -42,7 +42,14 @@ from anyrtd.control.views import (
     why_view,
 )
 from anyrtd.history import RunHistory
-from anyrtd.model import TriggerDef, id_problem, spec_error
+from anyrtd.model import (
+    TriggerDef,
+    chain_loop,
+    chains_among,
+    id_problem,
+    parse_record,
+    spec_error,
+)
 from anyrtd.port import CannotRun, NotDurable, Port, TooManyRuns, TriggerFacts
 from anyrtd.standing import code_owned
 from anyrtd.vocab import (
@@ -246,9 +253,28 @@ async def _json_body(request: web.Request) -> Any:
         raise BadRequest(f"the body is not valid JSON: {str(exc)[:200]}") from None
 
 
+def _refuse_loop(
+    port: Port, facts: TriggerFacts, fields: Mapping[str, Any], unset: Iterable[str]
+) -> None:
+    """Refuse a write that would make this trigger a chain in a loop (anyrtd/chain.py)."""
+    before = facts.parsed.to_record() if isinstance(facts.parsed, TriggerDef) else facts.raw
+    merged = {**(before or {}), **fields, "id": facts.id}
+    for key in unset:
+        merged.pop(key, None)
+    after = parse_record(merged)
+    if not (isinstance(after, TriggerDef) and after.kind == Kind.EVENT and after.enabled):
+        return  # only an enabled chain can close a loop: nothing else pays for the check
+    problem = chain_loop(chains_among(port.triggers().parsed.values()), after, facts.id)
+    if problem is not None:
+        raise BadRequest(f"refused, nothing was written: {problem}", status=409, code="chain_loop")
+
+
 async def _write(
     port: Port, trigger_id: str, fields: Mapping[str, Any], unset: Iterable[str] = ()
 ) -> dict[str, Any]:
+    facts = port.trigger(trigger_id)
+    if facts is not None:
+        _refuse_loop(port, facts, fields, unset)
     await port.write_through(trigger_id, fields, unset)
     facts = port.trigger(trigger_id)
     if facts is None:
@@ -296,9 +322,18 @@ async def list_triggers(request: web.Request) -> web.Response:
 
 
 async def get_trigger(request: web.Request) -> web.Response:
-    """GET /triggers/:id: one trigger with its next fire times."""
-    _, facts = _known(request)
-    return web.json_response(_view(facts, detail=True))
+    """GET /triggers/:id: one trigger with its next fire times (a chain's, with the upstream
+    run that fired its last run)."""
+    port, facts = _known(request)
+    view = _view(facts, detail=True)
+    chain, ref = view.get("chain"), view.get(RollupField.LAST_RUN_REF)
+    if chain is not None and isinstance(ref, str):
+        row = await port.run(ref)
+        if row is None:  # run on another device: its record says
+            history = await port.trigger_runs(facts.id, limit=TRIGGER_RUNS)
+            row = next((r for r in history.runs if r.run_id == ref), None)
+        chain["lastFiredBy"] = row.upstream_run_id if row is not None else None
+    return web.json_response(view)
 
 
 async def trigger_runs(request: web.Request) -> web.Response:

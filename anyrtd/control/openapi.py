@@ -133,6 +133,33 @@ _SCHEMAS: dict[str, Any] = {
                 "description": "Its missed occurrences at the missed watch's last pass "
                 "(null: none; docs/notices.md).",
             },
+            "chain": {
+                **_ref("Chain"),
+                "description": "Only on a chain (an event on agent_runs, docs/events.md).",
+            },
+        },
+    },
+    "Chain": {
+        "type": "object",
+        "required": ["after", "upstream", "statuses", "device", "lastFiredBy"],
+        "properties": {
+            "after": {"type": "string", "description": 'In words: "after each ok run of X".'},
+            "upstream": {
+                "type": ["array", "null"],
+                "items": {"type": "string"},
+                "description": "The triggers whose runs fire it; null: every trigger's runs "
+                "that no chain started.",
+            },
+            "statuses": {
+                "type": ["array", "null"],
+                "items": {"type": "string"},
+                "description": "The run statuses that fire it; null: any.",
+            },
+            "device": _STR_OR_NULL,
+            "lastFiredBy": {
+                **_STR_OR_NULL,
+                "description": "The upstream run its last run answered (GET /triggers/{id}).",
+            },
         },
     },
     "MissedSummary": {
@@ -284,7 +311,9 @@ _SCHEMAS: dict[str, Any] = {
             "spec": {
                 "type": "object",
                 "description": 'Per kind: {"cron": "<expr>", "tz"?} or {"every_s": n}; '
-                '{"at": <epoch s>}; {"dataset": "chat_messages", "objectId", "spaceId"?}.',
+                '{"at": <epoch s>}; {"dataset": "chat_messages", "objectId", "spaceId"?} or '
+                '{"dataset": "agent_runs", "filter"?: {"triggerId"?, "status"?, "device"?}}. '
+                "A chain that would close a loop is refused with 409 `chain_loop`.",
             },
             "enabled": {"type": "boolean"},
         },
@@ -313,6 +342,14 @@ _SCHEMAS: dict[str, Any] = {
             "model": _STR_OR_NULL,
             "title": _STR_OR_NULL,
             "scheduledAt": _NUM_OR_NULL,
+            "upstreamRunId": {
+                "type": "string",
+                "description": "Only on a chain's run: the upstream run it answers.",
+            },
+            "chainDepth": {
+                "type": "integer",
+                "description": "Only on a chain's run: how many chains in a row led to it.",
+            },
         },
     },
     "RunDetail": {

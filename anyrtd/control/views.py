@@ -11,10 +11,11 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from anyrtd import agenda as agendas
+from anyrtd.chain import RunFilter, describe
 from anyrtd.clock import Slice
 from anyrtd.metrics import Histogram, Stats
 from anyrtd.missed import Missed, Occurrence
-from anyrtd.model import Malformed, TriggerDef, marker_reason
+from anyrtd.model import Malformed, TriggerDef, chain_of, marker_reason
 from anyrtd.port import MissedFacts
 from anyrtd.registry import Entry
 from anyrtd.rows import RunRow
@@ -109,6 +110,8 @@ def trigger_view(
         "version": defn.version,
         "missed": missed_summary(missed),
     }
+    if (chain := chain_of(defn)) is not None:
+        view["chain"] = chain_view(chain)
     if detail:
         view.update(
             args=dict(defn.args),
@@ -121,6 +124,18 @@ def trigger_view(
             claimedAt=row.claimed_at if row is not None else None,
         )
     return view
+
+
+def chain_view(f: RunFilter) -> dict[str, Any]:
+    """Return what a chain answers (anyrtd/chain.py): the upstream triggers (None: every
+    trigger's runs no chain started), the statuses (None: any), the device, in words."""
+    return {
+        "after": describe(f),
+        "upstream": None if f.trigger_ids is None else sorted(f.trigger_ids),
+        "statuses": None if f.statuses is None else sorted(f.statuses),
+        "device": f.device,
+        "lastFiredBy": None,
+    }
 
 
 def _shown(

@@ -12,12 +12,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from anyrtd.chain import RunFilter
 from anyrtd.client import DevicesView, ServerClient, Upsert
 from anyrtd.model import (
     MAX_ID_LENGTH,
     STANDING_BUILTINS,
     Malformed,
     TriggerDef,
+    chain_loop,
+    chain_of,
+    chains_among,
     parse_record,
     spec_error,
 )
@@ -105,6 +109,30 @@ class Records:
         self.client = client
         self.space = space
         self._places: Places | None = None
+        self._chains: dict[str, RunFilter] | None = None
+        """The enabled chains on the server, read once a chain is written (anyrtd/chain.py),
+        with this command's own checked writes laid over them (`apply -f` writes several)."""
+        self._planned: dict[str, TriggerDef] = {}
+
+    async def refuse_loop(self, trigger_id: str, defn: TriggerDef) -> None:
+        """Refuse a chain that would trigger itself, directly or through other chains (the
+        records on the server and this command's other writes); other records cost nothing."""
+        self._planned[trigger_id] = defn
+        if not (defn.enabled and chain_of(defn) is not None):
+            if self._chains is not None:
+                self._chains.pop(trigger_id, None)
+            return
+        if self._chains is None:
+            places = await self.places()
+            records = await self.client.query_all(places.triggers)
+            self._chains = chains_among(parse_record(r) for r in records)
+            for rid, planned in self._planned.items():
+                self._chains.pop(rid, None)
+                self._chains.update(chains_among([planned]))
+        problem = chain_loop(self._chains, defn, trigger_id)
+        if problem is not None:
+            raise WriteError(f"trigger {trigger_id}: {problem}")
+        self._chains.update(chains_among([defn]))
 
     async def places(self) -> Places:
         if self._places is None:
@@ -147,6 +175,7 @@ class Records:
             raise WriteError(
                 f"trigger {trigger_id} exists: change it with `anyrtd triggers edit {trigger_id}`"
             )
+        await self.refuse_loop(trigger_id, defn)
         if dry_run:
             return defn
         places = await self.places()
@@ -169,6 +198,7 @@ class Records:
         for key in unset:
             merged.pop(key, None)
         defn = check_record(trigger_id, merged)
+        await self.refuse_loop(trigger_id, defn)
         if dry_run:
             return defn
         places = await self.places()

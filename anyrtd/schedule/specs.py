@@ -10,6 +10,7 @@ from datetime import datetime, timedelta, tzinfo
 from functools import lru_cache
 from typing import Any, Protocol, runtime_checkable
 
+from anyrtd.chain import RunFilter, is_runs_dataset, parse_filter
 from anyrtd.schedule.match import CronExpr, CronMatcher, civil, epoch
 from anyrtd.schedule.parse import CronSyntaxError, cron_size_error, parse_cron
 from anyrtd.schedule.zones import MAX_TZ_LENGTH, fold_end_wall, offset_s, to_instant, zone_of
@@ -104,6 +105,8 @@ class EventSchedule:
     object_id: str
     space_id: str | None
     error: None = None
+    chain: RunFilter | None = None
+    """A chain's filter (`dataset: agent_runs`, anyrtd/chain.py); None on any other dataset."""
 
     @property
     def is_valid(self) -> bool:
@@ -289,6 +292,8 @@ def _compile(kind: str, spec: Mapping[str, Any]) -> Schedule:
             )
         return OnceSchedule(at)
     if kind == Kind.EVENT:
+        if isinstance(spec.get("dataset"), str) and is_runs_dataset(spec["dataset"]):
+            return _chain(spec)
         dataset, object_id, space_id = (
             spec.get("dataset"),
             spec.get("objectId"),
@@ -309,6 +314,22 @@ def _compile(kind: str, spec: Mapping[str, Any]) -> Schedule:
         assert isinstance(dataset, str) and isinstance(object_id, str)
         return EventSchedule(dataset, object_id, space_id)
     return InvalidSchedule(f'kind "{kind}" is not one of cron, once, event')
+
+
+def _chain(spec: Mapping[str, Any]) -> Schedule:
+    """Compile a chain's spec: an event on the agent's own run records (anyrtd/chain.py)."""
+    if spec.get("spaceId") is not None:
+        return InvalidSchedule(
+            "an agent_runs event listens on this agent's run records: spaceId is not used "
+            "there; remove it"
+        )
+    object_id = spec.get("objectId")
+    if object_id is not None and not isinstance(object_id, str):
+        return InvalidSchedule(f"event objectId must be a string, not {object_id!r:.60}")
+    found = parse_filter(spec.get("filter"))
+    if isinstance(found, str):
+        return InvalidSchedule(f"chain spec refused: {found}")
+    return EventSchedule(spec["dataset"], object_id or "", None, chain=found)
 
 
 def preview(

@@ -251,6 +251,7 @@ async function loadWords() {
     if (typeof spec.cron === "string") return `cron ${spec.cron}${spec.tz ? " " + spec.tz : " UTC"}`;
     if (typeof spec.every_s === "number") return `every ${spec.every_s} s`;
     if (typeof spec.at === "number") return `once at ${when(spec.at)}`;
+    if (t.chain) return t.chain.after;  // a chain: "after each ok run of nightly-backup"
     if (t.kind === "event") return `event ${spec.dataset || ""}`.trim();
     return t.kind || "?";
   }
@@ -539,6 +540,7 @@ async function loadWords() {
     const t1 = Math.max(now + (now - t0) * 0.08, (t.nextFires[0] ?? now) + (now - t0) * 0.04);
     const facts = [
       ["schedule", scheduleText(t)],
+      ...(t.chain ? [["chain", `${t.chain.after} · last fired by ${t.chain.lastFiredBy ? "run " + t.chain.lastFiredBy : "—"}`]] : []),
       ["program", t.program || "—"],
       ["state", t.state + (t.markerReason ? ` (${t.markerReason})` : "")],
       ["owner", t.owner || "unassigned"],
