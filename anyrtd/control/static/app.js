@@ -691,9 +691,9 @@ async function loadWords() {
     const x = (t) => ((t - t0) / (t1 - t0)) * width;
     const root = svg("svg", { class: "timeline axis-strip", width, height, viewBox: `0 0 ${width} ${height}`, role: "img" });
     const seconds = now - t0;
-    const label = seconds <= 3600 ? clock : seconds <= 86400 ? (t) => clock(t).slice(0, 5)
+    const label = seconds <= 900 ? clock : seconds <= 86400 ? (t) => clock(t).slice(0, 5)
       : (t) => when(t).slice(5, 16);
-    const ticks = seconds > 86400 ? [t0, now] : [t0, t0 + seconds / 3, t0 + (2 * seconds) / 3, now];
+    const ticks = seconds > 86400 ? [t0, now] : [t0, t0 + seconds / 2, now];
     const g = svg("g", { class: "axis" });
     ticks.forEach((t, i) => {
       const px = Math.min(width - 1, Math.max(0, x(t)));
@@ -778,7 +778,7 @@ async function loadWords() {
     if (detail.error) return problem(section, "No such trigger", detail.error);
     const t = detail.trigger;
     const now = d.at;
-    const h = skeleton(section, id, ["head", "definition", "next", "why", "missed", "timeline", "runs"]);
+    const h = skeleton(section, id, ["head", "definition", "next", "why", "missed", "runsHead", "timeline", "runs"]);
     if (!h.toggle) {
       h.toggle = el("button", { type: "button", class: "toggle" });
       h.run = el("button", { type: "button", class: "run" }, "run now");
@@ -803,9 +803,12 @@ async function loadWords() {
     const runs = detail.runs;
     let t0 = now - 300;
     for (const run of runs) t0 = Math.min(t0, run.scheduledAt ?? run.startedAt, run.startedAt);
-    const t1 = Math.max(now + (now - t0) * 0.08, (t.nextFires[0] ?? now) + (now - t0) * 0.04);
+    // Past the now line by a tenth: the next fire shows when it falls in it.
+    const t1 = now + (now - t0) * 0.1;
     h.parts.timeline.replaceChildren(timeline(runs, t0, t1, now, 900, 54, { axis: true, nextFire: t.nextFires[0], missed: t.missed ? t.missed.at : [] }));
-    part(h, "runs", JSON.stringify([runs, detail.source, Math.floor(now / 10)]), () => runsPart(runs, detail.source));
+    part(h, "runsHead", detail.source, () => el("h3", {}, "Runs", el("span", { class: "muted" }, detail.source === "mirror"
+      ? " · this device's only (the server is not reachable)" : " · the 20 newest, every device")));
+    part(h, "runs", JSON.stringify([runs, Math.floor(now / 10)]), () => runsPart(runs));
   }
 
   function definition(t, d) {
@@ -851,7 +854,7 @@ async function loadWords() {
     const head = el("h3", {}, "Missed");
     if (!missed) return [head, el("p", { class: "muted" }, t.kind === "event" ? "An event trigger has no occurrences to miss." : "GET /triggers/:id/missed did not answer.")];
     if (!missed.count) {
-      return [head, el("p", { class: "muted" }, `None: every occurrence of the last ${ago(missed.lookbackS).replace("in ", "")} ran when due (within ${missed.graceS} s).`)];
+      return [head, el("p", { class: "muted" }, `None: every occurrence of the last ${ago(missed.lookbackS).replace("in ", "")} ran when due (a grace of ${Math.round(missed.graceS)} s).`)];
     }
     const tz = zoneOf(t);
     const rows = missed.occurrences.map((o) => el("tr", { "data-at": o.at },
@@ -866,10 +869,8 @@ async function loadWords() {
         el("tbody", {}, ...rows))];
   }
 
-  function runsPart(runs, source) {
-    const head = el("h3", {}, "Runs", el("span", { class: "muted" }, source === "mirror"
-      ? " · this device's only (the server is not reachable)" : " · the 20 newest, every device"));
-    if (!runs.length) return [head, el("p", { class: "muted" }, "No runs yet.")];
+  function runsPart(runs) {
+    if (!runs.length) return el("p", { class: "muted" }, "No runs yet.");
     const table = el("table", { class: "runs" },
       el("thead", {}, el("tr", {}, ...["run", "scheduled", "started", "late by", "took", "status", "device", "error", ""].map((x) => el("th", {}, x)))),
       el("tbody", {}, ...runs.map((r) => {
@@ -885,7 +886,7 @@ async function loadWords() {
           el("td", { class: "error" }, r.error || r.errorType || ""),
           el("td", {}, el("a", { href: runHref(r.runId), class: "output" }, r.status === W.RunStatus.RUNNING ? "follow output" : "output")));
       })));
-    return [head, table];
+    return table;
   }
 
   // ------------------------------------------------------------------ the run view
