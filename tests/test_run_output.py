@@ -18,6 +18,7 @@ from control_support import ServeProcess
 from support import World, wait_until
 
 from anyrtd.cli import main
+from anyrtd.runner.capture import Capture
 from anyrtd.vocab import RunStatus
 
 pytestmark = pytest.mark.process
@@ -179,3 +180,23 @@ def test_runs_show_follow_refuses_bad_input_in_one_line(served: ServeProcess) ->
     result = runner.invoke(main, ["runs", "show", "--follow", "--json", "x"], env=env_of(served))
     assert result.exit_code == 2
     assert "--follow prints the output as it grows" in result.output
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [
+        [b"plain\n", b"more\n"],
+        [b"caf\xc3", b"\xa9\n"],  # a sequence cut between two reads waits for its rest
+        [b"bad \xff byte\n", b"after\n"],  # replaced, and the end adds the note after it
+        [b"x" * 10, b"y" * 10],  # past the cap of 16: the kept prefix only
+    ],
+)
+def test_the_output_so_far_is_a_prefix_of_the_output_at_the_end(chunks: list[bytes]) -> None:
+    capture = Capture(16)
+    seen = ""
+    for chunk in chunks:
+        capture.add(chunk)
+        now = capture.so_far()
+        assert now.startswith(seen)
+        seen = now
+    assert capture.text().startswith(seen)
