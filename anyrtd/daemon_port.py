@@ -9,6 +9,7 @@ gathered through it too (`anyrtd.why_facts`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Protocol, cast
 
 from anyrtd import agenda as agendas
@@ -33,7 +34,7 @@ from anyrtd.rows import RunRow
 from anyrtd.runner import Runner
 from anyrtd.sync import Sync
 from anyrtd.unit import Unit
-from anyrtd.vocab import Verdict
+from anyrtd.vocab import RunStatus, Verdict
 from anyrtd.watch import MissedFacts
 from anyrtd.why import Answer
 from anyrtd.why_facts import Claiming, ask
@@ -135,7 +136,13 @@ class DaemonPort:
         )
 
     async def run(self, run_id: str) -> RunRow | None:
-        return cast(RunRow | None, await self._db_call(lambda m: m.run(run_id)))
+        row = cast(RunRow | None, await self._db_call(lambda m: m.run(run_id)))
+        if row is not None and row.status == RunStatus.RUNNING:
+            # The mirror gets a run's output at its end: until then it is the runner's.
+            live = self.runner.output(run_id)
+            if live is not None:
+                row = replace(row, output=live[0], output_dropped=live[1])
+        return row
 
     async def why(self, trigger_id: str) -> Answer:
         return await ask(self, trigger_id)

@@ -160,7 +160,7 @@ class Port(Protocol):
         ...
 
     async def run(self, run_id: str) -> RunRow | None:
-        """Return one run on this device."""
+        """Return one run on this device; one still running with its output so far."""
         ...
 
     async def missed(self, trigger_id: str) -> MissedFacts:

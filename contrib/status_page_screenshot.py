@@ -1,7 +1,11 @@
-"""Take docs/status-page.png: a devserver, `anyrtd serve`, a few triggers and runs, and
-headless Chromium (Debian's `chromium` and `chromium-driver`, selenium from the test extra).
+"""Take docs/status-page.png (the triggers), docs/status-page-trigger.png (one trigger's
+view) and docs/status-page-run.png (a run's output followed while it runs): a devserver,
+`anyrtd serve`, a few triggers and runs, and headless Chromium (Debian's `chromium` and
+`chromium-driver`, selenium from the test extra).
 
     python contrib/status_page_screenshot.py [OUT.png] [--seconds 75]
+
+The two views' pictures are named after OUT.png (`-trigger`, `-run`).
 
 Everything runs in a temporary directory and is stopped at the end.
 """
@@ -10,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import re
 import shutil
 import signal
@@ -40,6 +45,13 @@ PROGRAMS = {
     "demo:report@v1": "import time; time.sleep(2.5); print('report written')",
     "demo:sync@v1": "import time; time.sleep(0.6); print('12 messages synced')",
     "demo:export@v1": "import sys; sys.exit('export target unreachable: 503')",
+    "demo:backup@v1": (
+        "import time\n"
+        "for n, d in enumerate(['etc', 'home/ana', 'home/bo', 'srv/www', 'var/lib/db'] * 4):\n"
+        "    print(f'copied /{d}: {(n + 1) * 211} files, {(n + 1) * 37} MB', flush=True)\n"
+        "    time.sleep(1.5)\n"
+        "print('backup done')"
+    ),
 }
 OTHER_DEVICE = "12D3KooWLaptopAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
 
@@ -90,7 +102,7 @@ def main() -> None:
         config.write_text(
             "grace_s = 1.0\n"
             + "".join(
-                f'[programs."{name}"]\nargv = ["{PY}", "-c", "{code}"]\n'
+                f'[programs."{name}"]\nargv = {json.dumps([PY, "-c", code])}\n'
                 for name, code in PROGRAMS.items()
             )
         )
@@ -151,6 +163,13 @@ def main() -> None:
                             "program": "demo:sync@v1",
                             "owner": "",
                         },
+                        "home-backup": {
+                            "name": "Back up the home server",
+                            "kind": "cron",
+                            "spec": {"every_s": 45},
+                            "program": "demo:backup@v1",
+                            "owner": "",
+                        },
                         "laptop-backup": {
                             "name": "Back up the laptop",
                             "kind": "cron",
@@ -198,22 +217,46 @@ def shoot(base: str, out: Path) -> None:
             WebDriverWait(driver, 30).until(
                 lambda d: d.find_elements(By.CSS_SELECTOR, '#triggers tr[data-id="catch-up"]')
             )
-            selected = '#triggers tr[data-id="nightly-report"] td.id'
-            driver.find_element(By.CSS_SELECTOR, selected).click()
-            WebDriverWait(driver, 30).until(
-                lambda d: d.find_elements(By.CSS_SELECTOR, "#detail tr[data-run-id]")
-            )
-            height = driver.execute_script("return document.documentElement.scrollHeight;")
-            # A headless window stops at the screen's size; the emulated viewport does not.
-            driver.execute_cdp_cmd(
-                "Emulation.setDeviceMetricsOverride",
-                {"width": 1440, "height": int(height), "deviceScaleFactor": 1, "mobile": False},
-            )
             out.parent.mkdir(parents=True, exist_ok=True)
-            driver.save_screenshot(str(out))
+            full_page(driver, out)
+            driver.get(f"{base}/#/triggers/daily-digest")
+            WebDriverWait(driver, 30).until(
+                lambda d: (
+                    d.find_elements(By.CSS_SELECTOR, "#detail tr[data-run-id]")
+                    and d.find_elements(By.CSS_SELECTOR, "#detail table.fires tbody tr")
+                )
+            )
+            full_page(driver, out.with_name(f"{out.stem}-trigger.png"))
+            with httpx.Client(base_url=base, timeout=10) as c:
+                running = wait(
+                    lambda: [
+                        r
+                        for r in c.get("/runs", params={"status": "running"}).json()
+                        if r["triggerId"] == "home-backup"
+                    ],
+                    "a run of home-backup",
+                )
+            driver.get(f"{base}/#/runs/{running[0]['runId']}")
+            WebDriverWait(driver, 30).until(
+                lambda d: len(d.find_element(By.ID, "output").text.splitlines()) >= 5
+            )
+            full_page(driver, out.with_name(f"{out.stem}-run.png"))
         finally:
             driver.quit()
-    print(f"wrote {out}")
+    print(f"wrote {out} and its views")
+
+
+def full_page(driver: webdriver.Chrome, out: Path) -> None:
+    """Save the whole page, not only the window, as `out`."""
+    driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    driver.set_window_size(1440, 900)
+    height = driver.execute_script("return document.documentElement.scrollHeight;")
+    # A headless window stops at the screen's size; the emulated viewport does not.
+    driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": 1440, "height": max(900, int(height)), "deviceScaleFactor": 1, "mobile": False},
+    )
+    driver.save_screenshot(str(out))
 
 
 if __name__ == "__main__":

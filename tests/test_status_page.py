@@ -269,21 +269,21 @@ def test_the_buttons_disable_enable_and_run_a_trigger(
         run = c.get(f"/runs/{run_id}").json()
     assert run["triggerId"] == "steady" and run["scheduledAt"] is None
 
-    # The row opens the trigger's detail: its runs with their lateness, its next fires.
+    # The row opens the trigger's view: its runs with their lateness, its next fires.
     tr = row(browser, "steady")
     assert tr is not None
-    tr.find_element(By.CSS_SELECTOR, "td.id").click()
+    tr.find_element(By.CSS_SELECTOR, "td.schedule").click()
     detail = wait_for(
         browser,
         lambda b: b.find_elements(By.CSS_SELECTOR, f'#detail tr[data-run-id="{run_id}"]'),
-        "the detail panel to list the run",
+        "the trigger's view to list the run",
     )[0]
     assert "manual" in detail.text
-    assert "next fires" in browser.find_element(By.ID, "detail").text
+    assert "Next fires" in browser.find_element(By.ID, "detail").text
     # ... and its why (GET /triggers/:id/why), which follows a change without a reload.
     why = browser.find_element(By.CSS_SELECTOR, "#detail .why")
     assert why.text.startswith("fires on this device, next ")
-    toggle().click()
+    browser.find_element(By.CSS_SELECTOR, "#detail button.toggle").click()
     wait_for(
         browser,
         lambda b: b.find_elements(

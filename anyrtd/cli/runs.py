@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -21,7 +22,11 @@ from anyrtd.cli.shared import (
     path_id,
 )
 from anyrtd.config import Config
+from anyrtd.escape import printable
 from anyrtd.vocab import SOURCE_HEADER, HistorySource, RunStatus
+
+if TYPE_CHECKING:
+    from anyrtd.cli.control import ControlClient
 
 
 @click.group()
@@ -92,8 +97,8 @@ def source_note(source: str | None) -> str:
     return "runs on this device only (the server is not reachable; from the mirror)"
 
 
-def print_run(run: Mapping[str, Any]) -> None:
-    """Print a run's summary and its captured output."""
+def print_run(run: Mapping[str, Any], *, with_output: bool = True) -> None:
+    """Print a run's summary and (unless `with_output` is false) its captured output."""
     now = time.time()
     lines = [
         ("run", run["runId"]),
@@ -115,25 +120,71 @@ def print_run(run: Mapping[str, Any]) -> None:
     width = max(len(k) for k, _ in lines) + 1
     for key, value in lines:
         echo(f"{(key + ':').ljust(width)} {fmt.field(value)}")
+    if not with_output:
+        return
     output = run.get("output")
     if output:
         echo("output:")
         echo(str(output).rstrip("\n"))
-        if run.get("outputDropped"):
-            echo(f"[{run['outputDropped']} more bytes dropped]")
+        print_dropped(run.get("outputDropped"))
     elif output is not None:
         echo("output:   (none)")
+
+
+def print_dropped(dropped: Any) -> None:
+    """Print how many bytes of output were dropped past the cap, if any."""
+    if dropped:
+        echo(f"[{dropped} more bytes dropped]")
+
+
+FOLLOW_POLL_S = 0.5
+"""How often `runs show --follow` asks for the output a running run wrote since."""
 
 
 @runs.command("show")
 @client_command
 @click.argument("run_id", metavar="RUNID", shell_complete=complete_run)
+@click.option(
+    "--follow",
+    "-f",
+    is_flag=True,
+    help="Print the output as it grows until the run ends, then its outcome.",
+)
 @json_option
-def runs_show(config: Config, run_id: str, as_json: bool) -> None:
+def runs_show(config: Config, run_id: str, follow: bool, as_json: bool) -> None:
     """Show a run: its summary and captured output."""
+    if follow and as_json:
+        raise click.UsageError("--follow prints the output as it grows; drop --json or --follow")
     with control(config) as ctl:
         run = ctl.get(f"/runs/{path_id(run_id)}")
+        if follow:
+            follow_run(ctl, run)
+            return
     if as_json:
         emit_json(run)
     else:
         print_run(run)
+
+
+def follow_run(ctl: ControlClient, run: Mapping[str, Any]) -> None:
+    """Print a run's output as it grows (GET /runs/:runId/output) until the run ends; then
+    its outcome, as `runs show` prints it."""
+    path = f"/runs/{path_id(run['runId'])}"
+    echo("output:")
+    start, partial = 0, False
+    while True:
+        part = ctl.get(f"{path}/output", **{"from": start})
+        text = str(part["text"])
+        if text:
+            # Printed as it comes: a line still being written is finished by the next part.
+            click.echo(printable(text, lines=True), nl=False)
+            sys.stdout.flush()
+            partial = not text.endswith("\n")
+        start = int(part["next"])
+        if not part["running"]:
+            break
+        time.sleep(FOLLOW_POLL_S)
+    if partial:
+        echo()
+    print_dropped(part.get("outputDropped"))
+    print_run(ctl.get(path), with_output=False)

@@ -36,6 +36,7 @@ from anyrtd.control.views import (
     metrics_text,
     missed_view,
     run_detail,
+    run_output,
     run_summary,
     trigger_state,
     trigger_view,
@@ -70,6 +71,8 @@ RUN_STATUSES = tuple(RunStatus)
 TRIGGER_RUNS = 20
 DEFAULT_RUNS_LIMIT = 50
 MAX_RUNS_LIMIT = 1000
+MAX_OUTPUT_OFFSET = 999_999_999
+"""The largest `from` of GET /runs/:runId/output (nine digits: past any output's cap)."""
 PATCHABLE = ("spec", "enabled")
 
 
@@ -122,6 +125,7 @@ def make_app(
     app.router.add_get("/agenda", agenda)
     app.router.add_get("/runs", list_runs)
     app.router.add_get("/runs/{run_id}", get_run)
+    app.router.add_get("/runs/{run_id}/output", get_run_output)
     app.router.add_get("/election", election)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics)
@@ -528,6 +532,32 @@ async def agenda(request: web.Request) -> web.Response:
     await port.give_way()  # one walk over every definition: after a start due soon
     answer = port.agenda(hours, device)
     return web.json_response(agenda_view(answer, hours))
+
+
+async def get_run_output(request: web.Request) -> web.Response:
+    """GET /runs/:runId/output?from=N: a run's output from the character N on (0 when left
+    out), growing while the run runs; `next` is where the following read starts."""
+    run_id = request.match_info["run_id"]
+    raw = request.query.get("from", "0")
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 9:
+        raise BadRequest(
+            f"from must be a character offset 0-{MAX_OUTPUT_OFFSET}, as the last answer's "
+            f"next gave it, not {raw[:40]!r}"
+        )
+    row = await _port(request).run(run_id)
+    if row is None:
+        raise BadRequest(
+            f"no run {run_id!r} on this device: `anyrtd runs list` shows the recent ones",
+            status=404,
+            code="not_found",
+        )
+    start = int(raw)
+    if start > len(row.output) and row.status != RunStatus.RUNNING:
+        raise BadRequest(
+            f"from {start} is past the end of run {run_id!r}'s output "
+            f"({len(row.output)} characters): read it from 0"
+        )
+    return web.json_response(run_output(row, start))
 
 
 # --------------------------------------------------------------------------- the rest

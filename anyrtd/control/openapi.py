@@ -366,6 +366,19 @@ _SCHEMAS: dict[str, Any] = {
             },
         ]
     },
+    "RunOutput": {
+        "type": "object",
+        "required": ["runId", "status", "running", "from", "next", "text", "outputDropped"],
+        "properties": {
+            "runId": {"type": "string"},
+            "status": {"type": "string", "enum": RUN_STATUSES},
+            "running": {"type": "boolean", "description": "Still running: its output grows."},
+            "from": {"type": "integer", "description": "The character offset asked for."},
+            "next": {"type": "integer", "description": "The from of the following read."},
+            "text": {"type": "string", "description": "The output from `from` to `next`."},
+            "outputDropped": {"type": "integer", "description": "Bytes past the cap."},
+        },
+    },
     "Why": {
         "type": "object",
         "required": ["id", "fires", "device", "nextFire", "nextFires", "reasons", "now"],
@@ -611,6 +624,24 @@ def _paths() -> dict[str, Any]:
                     {"name": "runId", "in": "path", "required": True, "schema": {"type": "string"}}
                 ],
                 "responses": {"200": _json(_ref("RunDetail"), "The run."), **_errors(404)},
+            }
+        },
+        "/runs/{runId}/output": {
+            "get": {
+                "summary": "A run's captured output from a character offset on; while the run "
+                "runs, what it has written so far (send the answer's next as from to follow).",
+                "parameters": [
+                    {"name": "runId", "in": "path", "required": True, "schema": {"type": "string"}},
+                    {
+                        "name": "from",
+                        "in": "query",
+                        "schema": {"type": "integer", "minimum": 0, "maximum": 999999999},
+                    },
+                ],
+                "responses": {
+                    "200": _json(_ref("RunOutput"), "The output from `from` on."),
+                    **_errors(400, 404),
+                },
             }
         },
         "/election": {

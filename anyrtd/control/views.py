@@ -28,6 +28,7 @@ from anyrtd.vocab import (
     Kind,
     LastStatus,
     RollupField,
+    RunStatus,
     TriggerState,
     Verdict,
     is_unassigned,
@@ -388,6 +389,25 @@ def run_detail(row: RunRow) -> dict[str, Any]:
         **run_summary(row),
         "result": dict(row.result),
         "output": row.output,
+        "outputDropped": row.output_dropped,
+    }
+
+
+def run_output(row: RunRow, start: int) -> dict[str, Any]:
+    """Return a run's output from the character `start` on, and where the next read starts.
+
+    A run's output only grows while it runs (the capture keeps a true prefix), so a reader
+    that sends back `next` as its `from` gets each part once. `start` past the output of a
+    run still running (its end is being written) reads nothing yet.
+    """
+    text = row.output[start:]
+    return {
+        "runId": row.run_id,
+        "status": row.status,
+        "running": row.status == RunStatus.RUNNING,
+        "from": start,
+        "next": max(start, len(row.output)),
+        "text": text,
         "outputDropped": row.output_dropped,
     }
 

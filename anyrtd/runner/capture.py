@@ -52,6 +52,11 @@ class Capture:
         except UnicodeDecodeError:
             return buf.decode("utf-8", "replace") + f"anyrtd: {INVALID_OUTPUT}\n"
 
+    def so_far(self) -> str:
+        """Return the output kept so far of a run still running: a prefix of what `text`
+        gives at its end (a UTF-8 sequence cut short at the end waits for its rest)."""
+        return utf8_whole(bytes(self._buf)).decode("utf-8", "replace")
+
 
 def utf8_whole(buf: bytes) -> bytes:
     """Drop a UTF-8 sequence cut short at the end of `buf` (the cap can fall inside one)."""

@@ -189,6 +189,14 @@ class Runner:
     def timeout_s(self) -> float:
         return self._timeout_s
 
+    def output(self, run_id: str) -> tuple[str, int] | None:
+        """Return the output captured so far of the run `run_id` in flight and the bytes
+        dropped past the cap; None when no run of that id is in flight."""
+        for launch in self._flights:
+            if launch.row.run_id == run_id:
+                return launch.capture.so_far(), launch.capture.dropped
+        return None
+
     @property
     def kill_grace_s(self) -> float:
         """How long a process group has between SIGTERM and SIGKILL."""

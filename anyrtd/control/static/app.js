@@ -1,6 +1,12 @@
 // The anyrtd status page: polls the control API's JSON routes and draws what they say.
 // No build step and nothing from elsewhere: plain DOM and SVG. The only writes are the
 // existing POST routes (enable, disable, run), sent same-origin with a JSON content type.
+//
+// Views: the location's hash picks one (ROUTES, below): `#/` the triggers, `#/triggers/ID`
+// one trigger, `#/runs/ID` one run and its output. A view is an entry of VIEWS: the
+// section it draws in, what it reads besides the list on each poll (`load`), and how it
+// draws (`render`). Record data goes into the page as text nodes and attribute values,
+// never as markup: ids and names come from the server's records and are untrusted.
 "use strict";
 
 // Fetch anyrtd's words; until the daemon answers, say so and try again.
@@ -23,7 +29,9 @@ async function loadWords() {
   // anyrtd's words (run statuses, markers, states, verdicts), from anyrtd/vocab.py.
   const W = await loadWords();
   const POLL_MS = 2000;
+  const FOLLOW_MS = 1000; // while a run's output is followed
   const TOKEN_KEY = "anyrtd.token";
+  const SORT_KEY = "anyrtd.sort";
   const RUNS_LIMIT = 500;
   const ROW_RUNS = 60;
   const STATUSES = Object.values(W.RunStatus);
@@ -36,8 +44,10 @@ async function loadWords() {
   const $ = (id) => document.getElementById(id);
   const view = {
     data: null, // the last poll's answers
-    detail: null, // {trigger, runs} of the selected trigger
-    selected: null,
+    route: null, // {name, params, query} from the location's hash
+    detail: null, // the trigger view's answers: {id, trigger, runs, why, missed} or {id, error}
+    run: null, // the run view's answers: {id, run, error}
+    output: null, // the run view's output as followed: {runId, next, running, text}
     rows: new Map(), // trigger id -> {tr, cells}
     timer: null,
     inFlight: false,
@@ -62,7 +72,7 @@ async function loadWords() {
     if ((resp.headers.get("Content-Type") || "").startsWith("application/json") && text) {
       body = JSON.parse(text);
     }
-    return { status: resp.status, body, text };
+    return { status: resp.status, body, text, headers: resp.headers };
   }
 
   function failure(answer, what) {
@@ -71,8 +81,12 @@ async function loadWords() {
   }
 
   async function poll() {
-    if (view.inFlight) return;
+    if (view.inFlight) {
+      view.again = true; // the view changed meanwhile: poll again once this one is done
+      return;
+    }
     view.inFlight = true;
+    view.again = false;
     try {
       const [triggers, runs, election, health, metrics] = await Promise.all([
         call("/triggers?all=true"),
@@ -93,7 +107,8 @@ async function loadWords() {
         health: health.body,
         outboxDepth: depth ? Number(depth[1]) : null,
       };
-      if (view.selected) await pollDetail(view.selected);
+      const load = VIEWS[view.route.name].load;
+      if (load) await load(view.route);
       view.failingSince = null;
       if (Date.now() > view.noticeUntil) hideBanner();
       render();
@@ -107,30 +122,78 @@ async function loadWords() {
     } finally {
       view.inFlight = false;
     }
+    if (view.again) {
+      poll();
+      return;
+    }
     schedule();
   }
 
-  async function pollDetail(id) {
-    const path = "/triggers/" + encodeURIComponent(id);
-    const [trigger, runs, why] = await Promise.all([
-      call(path), call(path + "/runs"), call(path + "/why"),
-    ]);
-    if (trigger.status === 404) {
-      view.selected = null;
-      view.detail = null;
+  // The trigger view's reads: the trigger, its runs on every device, its why, its missed.
+  async function loadTrigger(route) {
+    const id = route.params.id;
+    if (id === null) {
+      view.detail = { id, error: route.params.problem };
       return;
     }
-    if (trigger.status !== 200) throw failure(trigger, "GET " + path);
+    const path = "/triggers/" + encodeURIComponent(id);
+    const [trigger, runs, why, missed] = await Promise.all([
+      call(path), call(path + "/runs"), call(path + "/why"), call(path + "/missed"),
+    ]);
+    if (trigger.status !== 200) {
+      const err = trigger.body && trigger.body.error;
+      view.detail = {
+        id,
+        error: trigger.status === 404
+          ? `No trigger “${id}” here: this daemon holds no entry and knows no record with that id.`
+          : err ? err.message : `GET ${path} answered HTTP ${trigger.status}`,
+        why: why.status === 200 ? why.body : null,
+      };
+      return;
+    }
     view.detail = {
+      id,
       trigger: trigger.body,
       runs: runs.status === 200 ? runs.body : [],
+      source: runs.status === 200 ? runs.headers.get("X-Anyrtd-Source") : null,
       why: why.status === 200 ? why.body : null,
+      missed: missed.status === 200 ? missed.body : null,
     };
+  }
+
+  // The run view's reads: the run, and its output from where the last read ended.
+  async function loadRun(route) {
+    const id = route.params.id;
+    if (id === null) {
+      view.run = { id, error: route.params.problem };
+      return;
+    }
+    const path = "/runs/" + encodeURIComponent(id);
+    if (!view.output || view.output.runId !== id) {
+      view.output = { runId: id, next: 0, running: true, text: "", fresh: true };
+    }
+    const out = view.output;
+    const run = await call(path);
+    if (run.status !== 200) {
+      const err = run.body && run.body.error;
+      view.run = { id, error: err ? err.message : `GET ${path} answered HTTP ${run.status}` };
+      return;
+    }
+    view.run = { id, run: run.body };
+    if (!out.running) return;
+    const part = await call(`${path}/output?from=${out.next}`);
+    if (part.status !== 200 || view.output !== out) return;
+    out.added = (out.added || "") + part.body.text;
+    out.text += part.body.text;
+    out.next = part.body.next;
+    out.running = part.body.running;
+    out.dropped = part.body.outputDropped;
   }
 
   function schedule() {
     clearTimeout(view.timer);
-    view.timer = setTimeout(poll, POLL_MS);
+    const following = view.route.name === "run" && view.output && view.output.running;
+    view.timer = setTimeout(poll, following ? FOLLOW_MS : POLL_MS);
   }
 
   async function act(id, action, button) {
@@ -182,7 +245,7 @@ async function loadWords() {
     for (const [key, value] of Object.entries(attrs)) {
       if (value !== null && value !== undefined) node.setAttribute(key, value);
     }
-    for (const child of children) {
+    for (const child of children.flat(Infinity)) {
       if (child !== null && child !== undefined) node.append(child);
     }
     return node;
@@ -349,9 +412,19 @@ async function loadWords() {
     $("device").textContent = e.peerId ? `device ${e.peerId}` : "";
     $("zone").textContent = `times in ${zone}`;
     $("forget").hidden = !sessionStorage.getItem(TOKEN_KEY);
+    showView();
+    VIEWS[view.route.name].render(d);
+  }
+
+  // Show the current view's section alone.
+  function showView() {
+    for (const [name, v] of Object.entries(VIEWS)) $(v.section).hidden = name !== view.route.name;
+  }
+
+  function renderList(d) {
+    document.title = "anyrtd status";
     renderHealth(d);
     renderTriggers(d);
-    renderDetail(d);
     renderDevices(d);
   }
 
@@ -424,7 +497,10 @@ async function loadWords() {
       act(t.id, "run", run);
     });
     cells.actions.append(toggle, run);
-    tr.addEventListener("click", () => select(t.id));
+    tr.addEventListener("click", (event) => {
+      if (event.target.closest("a")) return; // the id's link navigates by itself
+      location.hash = triggerHref(t.id);
+    });
     row = { tr, cells, toggle, run, key: {} };
     view.rows.set(t.id, row);
     return row;
@@ -453,18 +529,22 @@ async function loadWords() {
     }
     const me = d.election && d.election.peerId;
     const winner = d.election && d.election.winner;
-    const sorted = [...d.triggers].sort((a, b) =>
-      (a.nextFire ?? Infinity) - (b.nextFire ?? Infinity) || a.id.localeCompare(b.id));
+    const sorted = sortTriggers(d.triggers, view.list.sort);
+    const shown = sorted.filter(matcher(view.list.q));
     const body = $("triggers").tBodies[0];
     const seen = new Set();
-    sorted.forEach((t, i) => {
+    for (const t of sorted) seen.add(t.id);
+    renderSortHeads();
+    $("runs-axis").replaceChildren(stripAxis(t0, t1, now, 240));
+    shown.forEach((t, i) => {
       const row = rowOf(t);
-      seen.add(t.id);
       row.tr.dataset.state = t.state;
       row.tr.dataset.enabled = String(t.enabled);
+      row.tr.dataset.nextFire = t.nextFire === null ? "" : String(t.nextFire);
       row.tr.dataset.missed = String(t.missed ? t.missed.count : 0);
-      row.tr.classList.toggle("selected", view.selected === t.id);
-      fill(row, "id", t.id + t.name, () => [t.id, t.name && t.name !== t.id ? el("span", { class: "name" }, t.name) : null]);
+      fill(row, "id", JSON.stringify([t.id, t.name]), () => [
+        el("a", { href: triggerHref(t.id), class: "open" }, t.id),
+        t.name && t.name !== t.id ? el("span", { class: "name" }, t.name) : null]);
       fill(row, "schedule", JSON.stringify([t.spec, t.program]), () => [
         el("code", {}, scheduleText(t)), el("span", { class: "sub" }, t.program || "")]);
       fill(row, "state", t.state + t.running + (t.malformed || ""), () => {
@@ -504,69 +584,383 @@ async function loadWords() {
       row.run.hidden = !t.adopted || Boolean(t.runNowRefused);
       if (body.rows[i] !== row.tr) body.insertBefore(row.tr, body.rows[i] || null);
     });
+    // Rows filtered out leave the table but keep their cells; rows of deleted records go.
+    const kept = new Set(shown.map((t) => t.id));
     for (const [id, row] of view.rows) {
-      if (!seen.has(id)) {
-        row.tr.remove();
-        view.rows.delete(id);
-      }
+      if (!kept.has(id)) row.tr.remove();
+      if (!seen.has(id)) view.rows.delete(id);
     }
     $("empty").hidden = sorted.length > 0;
+    $("no-match").hidden = !(sorted.length > 0 && shown.length === 0);
+    $("no-match").textContent = `No trigger matches “${view.list.q}”.`;
     const adopted = d.triggers.filter((t) => t.adopted).length;
-    $("counts").textContent = `${d.triggers.length} records, ${adopted} held by this device`;
+    const filtered = shown.length === sorted.length ? "" : `, ${shown.length} shown`;
+    $("counts").textContent = `${d.triggers.length} records, ${adopted} held by this device${filtered}`;
     $("legend").replaceChildren(...STATUSES.flatMap((s) => [el("i", { class: `run-${s}` }), s]),
       el("i", { class: "late" }), "late start", el("i", { class: "missed" }), "missed");
   }
 
-  function select(id) {
-    view.selected = view.selected === id ? null : id;
-    view.detail = null;
-    clearTimeout(view.timer);
-    poll();
+  // ------------------------------------------------------------------ finding things
+
+  const SORTS = {
+    id: (t) => [t.id],
+    schedule: (t) => [scheduleText(t), t.program || ""],
+    state: (t) => [t.state],
+    next: (t) => [t.nextFire ?? Infinity],
+    last: (t) => [t.lastStatus ?? "", -(t.lastRunAt ?? 0)],
+    owner: (t) => [t.owner || ""],
+  };
+
+  // Sort by the user's choice (`-key` descending), then by id: the order holds still until
+  // the user picks another (a row moves only when what it is sorted by changes).
+  function sortTriggers(triggers, sort) {
+    const desc = sort.startsWith("-");
+    const keyOf = SORTS[desc ? sort.slice(1) : sort] || SORTS.id;
+    const cmp = (x, y) => (typeof x === "number" ? (x === y ? 0 : x < y ? -1 : 1) : String(x).localeCompare(String(y)));
+    return [...triggers].sort((a, b) => {
+      const ka = keyOf(a);
+      const kb = keyOf(b);
+      for (let i = 0; i < ka.length; i++) {
+        const c = cmp(ka[i], kb[i]);
+        if (c) return desc ? -c : c;
+      }
+      return a.id.localeCompare(b.id);
+    });
+  }
+
+  const FILTER_FIELDS = {
+    id: (t) => [t.id],
+    name: (t) => [t.name || ""],
+    program: (t) => [t.program || ""],
+    state: (t) => [t.state || ""],
+    owner: (t) => [t.owner || "unassigned"],
+  };
+
+  // Every word of the filter must be found (case-insensitive) in the trigger's id, name,
+  // program, state or owner; `field:word` looks in that field alone.
+  function matcher(q) {
+    const words = q.toLowerCase().split(/\s+/).filter(Boolean);
+    if (!words.length) return () => true;
+    return (t) => words.every((word) => {
+      const colon = word.indexOf(":");
+      const field = colon > 0 ? word.slice(0, colon) : null;
+      if (field && FILTER_FIELDS[field]) {
+        const want = word.slice(colon + 1);
+        return FILTER_FIELDS[field](t).some((v) => v.toLowerCase().includes(want));
+      }
+      return Object.values(FILTER_FIELDS).some((f) => f(t).some((v) => v.toLowerCase().includes(word)));
+    });
+  }
+
+  function renderSortHeads() {
+    const sort = view.list.sort;
+    for (const th of $("triggers").tHead.querySelectorAll("th[data-sort]")) {
+      const key = th.dataset.sort;
+      const on = sort === key ? "ascending" : sort === "-" + key ? "descending" : "none";
+      if (th.getAttribute("aria-sort") !== on) th.setAttribute("aria-sort", on);
+    }
+  }
+
+  function listHref() {
+    const params = new URLSearchParams();
+    if (view.list.q) params.set("q", view.list.q);
+    if (view.list.sort !== "id") params.set("sort", view.list.sort);
+    const query = params.toString();
+    return "#/" + (query ? "?" + query : "");
+  }
+
+  // The filter and the order live in the list's URL (`#/?q=…&sort=…`, replaced in place so
+  // typing makes no history) and the order also in localStorage, for the next visit.
+  function setList(changes) {
+    Object.assign(view.list, changes);
+    if (changes.sort) localStorage.setItem(SORT_KEY, changes.sort);
+    history.replaceState(null, "", listHref());
+    if (view.data) renderList(view.data);
+  }
+
+  $("filter").addEventListener("input", () => setList({ q: $("filter").value }));
+  for (const th of $("triggers").tHead.querySelectorAll("th[data-sort]")) {
+    th.querySelector("button").addEventListener("click", () => {
+      const key = th.dataset.sort;
+      setList({ sort: view.list.sort === key ? "-" + key : key });
+    });
+  }
+
+  // The shared time axis above the row timelines: their t0 to t1, now marked.
+  function stripAxis(t0, t1, now, width) {
+    const height = 14;
+    const x = (t) => ((t - t0) / (t1 - t0)) * width;
+    const root = svg("svg", { class: "timeline axis-strip", width, height, viewBox: `0 0 ${width} ${height}`, role: "img" });
+    const seconds = now - t0;
+    const label = seconds <= 900 ? clock : seconds <= 86400 ? (t) => clock(t).slice(0, 5)
+      : (t) => when(t).slice(5, 16);
+    const ticks = seconds > 86400 ? [t0, now] : [t0, t0 + seconds / 2, now];
+    const g = svg("g", { class: "axis" });
+    ticks.forEach((t, i) => {
+      const px = Math.min(width - 1, Math.max(0, x(t)));
+      const last = i === ticks.length - 1;
+      g.append(svg("line", { x1: px, x2: px, y1: height - 4, y2: height }));
+      g.append(svg("text", { x: px + (i === 0 ? 0 : last ? -2 : 0), y: 9, "text-anchor": i === 0 ? "start" : last ? "end" : "middle", "data-at": Math.round(t) }, last ? "now" : label(t)));
+    });
+    root.append(g);
+    root.append(svg("title", {}, `from ${when(t0)} to ${when(t1)}; ${zone}`));
+    return root;
+  }
+
+  // ------------------------------------------------------------------ the trigger view
+
+  function triggerHref(id) {
+    return "#/triggers/" + encodeURIComponent(id);
+  }
+
+  function runHref(id) {
+    return "#/runs/" + encodeURIComponent(id);
+  }
+
+  // A time in a named zone, `2026-12-05 07:30:00 GMT+1`; null for a zone this browser lacks.
+  function zoned(ts, tz, withZone = true) {
+    let parts;
+    try {
+      parts = new Intl.DateTimeFormat("en-GB", {
+        timeZone: tz, year: "numeric", month: "2-digit", day: "2-digit", hour: "2-digit",
+        minute: "2-digit", second: "2-digit", hourCycle: "h23", timeZoneName: "shortOffset",
+      }).formatToParts(new Date(ts * 1000));
+    } catch (err) {
+      return null;
+    }
+    const get = (type) => (parts.find((p) => p.type === type) || {}).value || "";
+    const zoneName = withZone ? " " + get("timeZoneName") : "";
+    return `${get("year")}-${get("month")}-${get("day")} ${get("hour")}:${get("minute")}:${get("second")}${zoneName}`;
+  }
+
+  function zoneOf(t) {
+    return t.spec && typeof t.spec.tz === "string" && t.spec.tz ? t.spec.tz : "UTC";
+  }
+
+  // Fill a part of a view only when what it shows changed, as `fill` does for the rows.
+  function part(holder, name, key, build) {
+    const keys = holder.keys;
+    if (keys[name] === key) return;
+    keys[name] = key;
+    const content = build();
+    const nodes = (Array.isArray(content) ? content : [content]).filter((n) => n !== null && n !== undefined);
+    holder.parts[name].replaceChildren(...nodes);
+  }
+
+  // A view's skeleton: one element per part, made once per trigger or run shown.
+  function skeleton(section, id, names) {
+    if (section.holder && section.holder.id === id) return section.holder;
+    const holder = { id, keys: {}, parts: {} };
+    for (const name of names) holder.parts[name] = el("div", { class: `part part-${name}` });
+    section.replaceChildren(...Object.values(holder.parts));
+    section.holder = holder;
+    return holder;
+  }
+
+  function problem(section, title, message) {
+    section.holder = null;
+    section.replaceChildren(
+      el("p", { class: "crumbs" }, el("a", { href: listHref() }, "← all triggers")),
+      el("h2", {}, title),
+      el("p", { class: "problem" }, message));
   }
 
   function renderDetail(d) {
     const section = $("detail");
+    const id = view.route.params.id;
     const detail = view.detail;
-    if (!view.selected || !detail) {
-      section.hidden = true;
-      section.replaceChildren();
+    if (id === null) return problem(section, "No such trigger", view.route.params.problem);
+    document.title = `${id} · anyrtd`;
+    if (!detail || detail.id !== id) {
+      section.holder = null;
+      section.replaceChildren(el("p", { class: "muted" }, `loading ${id}…`));
       return;
     }
+    if (detail.error) return problem(section, "No such trigger", detail.error);
     const t = detail.trigger;
     const now = d.at;
+    const h = skeleton(section, id, ["head", "definition", "next", "why", "missed", "runsHead", "timeline", "runs"]);
+    if (!h.toggle) {
+      h.toggle = el("button", { type: "button", class: "toggle" });
+      h.run = el("button", { type: "button", class: "run" }, "run now");
+      h.toggle.addEventListener("click", () => act(id, h.toggle.dataset.action, h.toggle));
+      h.run.addEventListener("click", () => act(id, "run", h.run));
+    }
+    part(h, "head", JSON.stringify([t.name, t.state]), () => [
+      el("p", { class: "crumbs" }, el("a", { href: listHref() }, "← all triggers")),
+      el("h2", {}, el("span", { class: "tid" }, t.id), t.name && t.name !== t.id ? el("span", { class: "muted" }, ` · ${t.name}`) : null,
+        " ", badge(t.state), " ", el("span", { class: "actions" }, h.toggle, " ", h.run))]);
+    const action = t.enabled ? "disable" : "enable";
+    if (h.toggle.dataset.action !== action) {
+      h.toggle.dataset.action = action;
+      h.toggle.textContent = action;
+    }
+    h.run.hidden = !t.adopted || Boolean(t.runNowRefused);
+    part(h, "definition", JSON.stringify([t, d.election && d.election.peerId]), () => definition(t, d));
+    part(h, "next", JSON.stringify([t.nextFires, t.spec, Math.floor(now / 10)]), () => nextFires(t, now));
+    part(h, "why", JSON.stringify(detail.why && { ...detail.why, now: 0 }), () => [
+      el("h3", {}, "Why"), detail.why ? whyText(detail.why) : el("p", { class: "muted" }, "GET /triggers/:id/why did not answer.")]);
+    part(h, "missed", JSON.stringify(detail.missed && { ...detail.missed, now: 0 }), () => missedPart(t, detail.missed));
     const runs = detail.runs;
     let t0 = now - 300;
     for (const run of runs) t0 = Math.min(t0, run.scheduledAt ?? run.startedAt, run.startedAt);
-    const t1 = Math.max(now + (now - t0) * 0.08, (t.nextFires[0] ?? now) + (now - t0) * 0.04);
+    // Past the now line by a tenth: the next fire shows when it falls in it.
+    const t1 = now + (now - t0) * 0.1;
+    h.parts.timeline.replaceChildren(timeline(runs, t0, t1, now, 900, 54, { axis: true, nextFire: t.nextFires[0], missed: t.missed ? t.missed.at : [] }));
+    part(h, "runsHead", detail.source, () => el("h3", {}, "Runs", el("span", { class: "muted" }, detail.source === "mirror"
+      ? " · this device's only (the server is not reachable)" : " · the 20 newest, every device")));
+    part(h, "runs", JSON.stringify([runs, Math.floor(now / 10)]), () => runsPart(runs));
+  }
+
+  function definition(t, d) {
+    const me = d.election && d.election.peerId;
     const facts = [
-      ["schedule", scheduleText(t)],
+      ["kind", t.kind || "?"],
+      ["schedule", el("code", {}, scheduleText(t))],
       ...(t.chain ? [["chain", `${t.chain.after} · last fired by ${t.chain.lastFiredBy ? "run " + t.chain.lastFiredBy : "—"}`]] : []),
-      ["program", t.program || "—"],
-      ["state", t.state + (t.markerReason ? ` (${t.markerReason})` : "")],
-      ["owner", t.owner || "unassigned"],
-      ["next fires", t.nextFires.length ? t.nextFires.map(when).join(", ") : "—"],
+      ["time zone", t.kind === "event" ? "—" : zoneOf(t)],
+      ["program", el("code", {}, t.program || "—")],
+      ["args", el("code", {}, JSON.stringify(t.args ?? {}))],
+      ["enabled", String(t.enabled)],
+      ["state", t.state + (t.markerReason ? ` (${t.markerReason})` : "") + (t.runNowRefused ? `; run now: ${t.runNowRefused}` : "")],
+      ["owner", [t.owner || "unassigned", t.owner && t.owner === me ? [" ", badge("this device", "here")] : null].flat()],
+      ["last run", t.lastRunAt ? `${when(t.lastRunAt)} (${ago(t.lastRunAt - d.at)}): ${t.lastStatus ?? "—"}` : "never ran"],
       ["runs", `${t.runCount ?? 0} · last took ${duration(t.lastDurationMs)} · breaker ${t.consecutiveFailures}/${t.maxConsecutiveFailures ?? "?"}`],
+      ["version", String(t.version ?? "—")],
     ];
+    return [
+      el("h3", {}, "Definition"),
+      el("dl", {}, ...facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, ...[v].flat().filter((n) => n !== null))])),
+      el("details", {}, el("summary", {}, "the trigger as GET /triggers/:id gives it"),
+        el("pre", { class: "json" }, JSON.stringify(t, null, 2))),
+    ];
+  }
+
+  // The next fires in the trigger's own zone, in UTC and in this browser's zone.
+  function nextFires(t, now) {
+    const tz = zoneOf(t);
+    const head = el("h3", {}, "Next fires");
+    if (!t.nextFires.length) return [head, el("p", { class: "muted" }, "None armed.")];
+    const heads = tz === "UTC" ? ["#", "UTC", `here (${zone})`, ""] : ["#", tz, "UTC", `here (${zone})`, ""];
+    const rows = t.nextFires.map((ts, i) => {
+      const cells = [String(i + 1)];
+      if (tz !== "UTC") cells.push(zoned(ts, tz) ?? `(${tz} is unknown to this browser)`);
+      cells.push(zoned(ts, "UTC", false), when(ts), ago(ts - now));
+      return el("tr", { "data-at": ts }, ...cells.map((c) => el("td", {}, c)));
+    });
+    return [head, el("table", { class: "fires" },
+      el("thead", {}, el("tr", {}, ...heads.map((x) => el("th", {}, x)))), el("tbody", {}, ...rows))];
+  }
+
+  function missedPart(t, missed) {
+    const head = el("h3", {}, "Missed");
+    if (!missed) return [head, el("p", { class: "muted" }, t.kind === "event" ? "An event trigger has no occurrences to miss." : "GET /triggers/:id/missed did not answer.")];
+    if (!missed.count) {
+      return [head, el("p", { class: "muted" }, `None: every occurrence of the last ${ago(missed.lookbackS).replace("in ", "")} ran when due (a grace of ${Math.round(missed.graceS)} s).`)];
+    }
+    const tz = zoneOf(t);
+    const rows = missed.occurrences.map((o) => el("tr", { "data-at": o.at },
+      el("td", {}, zoned(o.at, tz) ?? when(o.at), tz === "UTC" ? null : el("span", { class: "sub" }, zoned(o.at, "UTC"))),
+      el("td", {}, badge(o.cause)),
+      el("td", {}, o.text),
+      el("td", {}, o.fix ? el("code", {}, o.fix) : "")));
+    return [head,
+      el("p", {}, `${missed.count}${missed.capped ? "+" : ""} missed since ${when(missed.since)}${missed.count > rows.length ? ` (the newest ${rows.length} below)` : ""}.`),
+      el("table", { class: "missed" },
+        el("thead", {}, el("tr", {}, ...["due", "cause", "what happened", "fix"].map((x) => el("th", {}, x)))),
+        el("tbody", {}, ...rows))];
+  }
+
+  function runsPart(runs) {
+    if (!runs.length) return el("p", { class: "muted" }, "No runs yet.");
     const table = el("table", { class: "runs" },
-      el("thead", {}, el("tr", {}, ...["run", "scheduled", "started", "late by", "took", "status", "error"].map((h) => el("th", {}, h)))),
+      el("thead", {}, el("tr", {}, ...["run", "scheduled", "started", "late by", "took", "status", "device", "error", ""].map((x) => el("th", {}, x)))),
       el("tbody", {}, ...runs.map((r) => {
         const late = lateness(r);
         return el("tr", { "data-run-id": r.runId },
-          el("td", {}, el("code", {}, r.runId)),
+          el("td", {}, el("a", { href: runHref(r.runId) }, el("code", {}, r.runId.slice(0, 12)))),
           el("td", {}, r.scheduledAt === null ? "manual" : when(r.scheduledAt)),
           el("td", {}, when(r.startedAt)),
           el("td", {}, late === null ? "—" : lateText(late, false)),
           el("td", {}, r.status === W.RunStatus.RUNNING ? r.status : duration(r.durationMs)),
           el("td", {}, badge(r.status)),
-          el("td", { class: "error" }, r.error || ""));
+          el("td", { title: r.device || "" }, shortPeer(r.device)),
+          el("td", { class: "error" }, r.error || r.errorType || ""),
+          el("td", {}, el("a", { href: runHref(r.runId), class: "output" }, r.status === W.RunStatus.RUNNING ? "follow output" : "output")));
       })));
-    if (detail.why) facts.push(["why", whyText(detail.why)]);
-    section.replaceChildren(
-      el("h2", {}, `${t.id}`, t.name !== t.id ? el("span", { class: "muted" }, ` · ${t.name}`) : null),
-      el("dl", {}, ...facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)])),
-      timeline(runs, t0, t1, now, 900, 54, { axis: true, nextFire: t.nextFires[0] }),
-      runs.length ? table : el("p", { class: "muted" }, "No runs yet."));
-    section.hidden = false;
+    return table;
+  }
+
+  // ------------------------------------------------------------------ the run view
+
+  function renderRun(d) {
+    const section = $("run");
+    const id = view.route.params.id;
+    if (id === null) return problem(section, "No such run", view.route.params.problem);
+    document.title = `run ${id.slice(0, 12)} · anyrtd`;
+    const answer = view.run;
+    if (!answer || answer.id !== id) {
+      section.holder = null;
+      section.replaceChildren(el("p", { class: "muted" }, `loading run ${id}…`));
+      return;
+    }
+    if (answer.error) return problem(section, "No such run", answer.error);
+    const r = answer.run;
+    const out = view.output;
+    const h = skeleton(section, id, ["head", "facts", "state", "output"]);
+    if (!h.pre) {
+      h.pre = el("pre", { class: "output", id: "output" });
+      h.pre.append(out.text);
+      out.added = "";
+      h.parts.output.append(h.pre);
+    }
+    part(h, "head", r.triggerId || "", () => [
+      el("p", { class: "crumbs" }, el("a", { href: listHref() }, "← all triggers"),
+        r.triggerId ? [" · ", el("a", { href: triggerHref(r.triggerId) }, `← ${r.triggerId}`)] : null),
+      el("h2", {}, "Run ", el("code", {}, r.runId))]);
+    part(h, "facts", JSON.stringify(r, (k, v) => (k === "output" ? undefined : v)), () => {
+      const late = lateness(r);
+      const facts = [
+        ["trigger", r.triggerId ? el("a", { href: triggerHref(r.triggerId) }, r.triggerId) : "—"],
+        ["program", el("code", {}, r.program || "—")],
+        ["device", r.device || "—"],
+        ["scheduled", r.scheduledAt === null || r.scheduledAt === undefined ? "by hand" : when(r.scheduledAt)],
+        ["started", when(r.startedAt)],
+        ["late by", late === null ? "—" : lateText(late, false)],
+        ["ended", r.endedAt ? when(r.endedAt) : "—"],
+        ["took", r.status === W.RunStatus.RUNNING ? `running for ${duration((d.at - r.startedAt) * 1000)}` : duration(r.durationMs)],
+        ["status", badge(r.status)],
+      ];
+      const error = [r.errorType, r.error].filter(Boolean).join(": ");
+      if (error) facts.push(["error", el("span", { class: "error" }, error)]);
+      if (r.title) facts.push(["title", r.title]);
+      return el("dl", {}, ...facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]));
+    });
+    if (out.added) {
+      const atEnd = h.pre.scrollTop + h.pre.clientHeight >= h.pre.scrollHeight - 4;
+      h.pre.append(out.added);
+      out.added = "";
+      if (atEnd) h.pre.scrollTop = h.pre.scrollHeight;
+    }
+    const state = out.running
+      ? "running: its output follows as it grows (read every second)"
+      : out.text ? `ended ${r.status}: the whole output` : `ended ${r.status}, with no output`;
+    part(h, "state", JSON.stringify([state, out.dropped]), () => [
+      el("h3", {}, "Output"),
+      el("p", { class: "muted", id: "output-state", "data-running": String(out.running) }, state,
+        out.dropped ? ` · ${out.dropped} more bytes dropped past the capture's cap (docs/programs.md)` : "")]);
+    section.dataset.running = String(out.running);
+  }
+
+  // ------------------------------------------------------------------ no such view
+
+  function renderNowhere() {
+    document.title = "anyrtd status";
+    const path = view.route.path;
+    $("nowhere").replaceChildren(
+      el("p", { class: "crumbs" }, el("a", { href: "#/" }, "← all triggers")),
+      el("h2", {}, "No such page"),
+      el("p", { class: "problem" }, `Nothing is shown at #${path.slice(0, 200)}: the views are #/ (the triggers), #/triggers/ID (one trigger) and #/runs/ID (one run and its output).`));
   }
 
   // GET /triggers/:id/why: the verdict, then each reason with its fix (blocking ones first).
@@ -618,12 +1012,67 @@ async function loadWords() {
     $("banner").hidden = true;
   }
 
+  // ------------------------------------------------------------------ the views and the router
+
+  const VIEWS = {
+    list: { section: "view-list", render: renderList },
+    trigger: { section: "detail", load: loadTrigger, render: renderDetail },
+    run: { section: "run", load: loadRun, render: renderRun },
+    nowhere: { section: "nowhere", render: renderNowhere },
+  };
+
+  // A hash path and the view it shows, with the names of its captured parts.
+  const ROUTES = [
+    [/^\/?$/, "list", []],
+    [/^\/triggers\/([^/]+)$/, "trigger", ["id"]],
+    [/^\/runs\/([^/]+)$/, "run", ["id"]],
+  ];
+
+  function parseRoute() {
+    const hash = location.hash.replace(/^#/, "");
+    const mark = hash.indexOf("?");
+    const path = mark >= 0 ? hash.slice(0, mark) : hash;
+    const query = new URLSearchParams(mark >= 0 ? hash.slice(mark + 1) : "");
+    for (const [pattern, name, keys] of ROUTES) {
+      const match = pattern.exec(path);
+      if (!match) continue;
+      const params = {};
+      keys.forEach((key, i) => {
+        try {
+          params[key] = decodeURIComponent(match[i + 1]);
+        } catch (err) {
+          params[key] = null;
+          params.problem = `This address names no ${name} id: “${match[i + 1].slice(0, 120)}” is not valid percent-encoding (an id is written with encodeURIComponent).`;
+        }
+      });
+      return { name, params, query, path };
+    }
+    return { name: "nowhere", params: {}, query, path };
+  }
+
+  function route() {
+    const before = view.route;
+    view.route = parseRoute();
+    if (view.route.name === "list") {
+      const sort = view.route.query.get("sort") || localStorage.getItem(SORT_KEY) || "id";
+      view.list = { q: view.route.query.get("q") || "", sort: SORTS[sort.replace(/^-/, "")] ? sort : "id" };
+      if ($("filter").value !== view.list.q) $("filter").value = view.list.q;
+    }
+    const moved = !before || before.name !== view.route.name || before.params.id !== view.route.params.id;
+    if (moved && before) window.scrollTo(0, 0);
+    if (view.data) render();
+    clearTimeout(view.timer);
+    poll();
+  }
+
+  view.list = { q: "", sort: localStorage.getItem(SORT_KEY) || "id" };
   $("span").addEventListener("change", () => view.data && render());
+  window.addEventListener("hashchange", route);
   document.addEventListener("visibilitychange", () => {
     if (!document.hidden) {
       clearTimeout(view.timer);
       poll();
     }
   });
-  poll();
+  route();
 })();
