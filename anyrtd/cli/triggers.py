@@ -374,7 +374,11 @@ def definition_options(fn: F) -> F:
         click.option("--arg", "arg_pairs", multiple=True, metavar="K=V", help="One arg (JSON)."),
         click.option("--args-json", metavar="JSON", help="All args as a JSON object."),
         click.option("--owner", metavar="PEER", help="Pin to a device (peer id, name or here)."),
-        click.option("--max-failures", type=click.IntRange(min=1), help="Breaker threshold."),
+        click.option(
+            "--max-failures",
+            type=click.IntRange(min=1),
+            help="Breaker threshold (at most 1,000,000).",
+        ),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -387,14 +391,14 @@ def _definition(opts: Mapping[str, Any], now: float) -> dict[str, Any]:
     kinds = [k for k in ("cron_expr", "every_s", "at", "event_chat") if opts.get(k) is not None]
     if len(kinds) > 1:
         raise click.UsageError("give one schedule: --cron, --every, --at or --event-chat")
-    if opts.get("tz") and opts.get("cron_expr") is None:
+    if opts.get("tz") is not None and opts.get("cron_expr") is None:
         raise click.UsageError("--tz goes with --cron")
     if opts.get("event_space") and opts.get("event_chat") is None:
         raise click.UsageError("--event-space goes with --event-chat")
     if opts.get("cron_expr") is not None:
         spec: dict[str, Any] = {"cron": opts["cron_expr"]}
-        if opts.get("tz"):
-            spec["tz"] = opts["tz"]
+        if opts.get("tz") is not None:
+            spec["tz"] = opts["tz"]  # an empty one too: the spec check refuses it
         fields.update(kind=Kind.CRON.value, spec=spec)
     elif opts.get("every_s") is not None:
         fields.update(kind=Kind.CRON.value, spec={"every_s": spec_number(opts["every_s"])})
