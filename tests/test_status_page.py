@@ -310,7 +310,7 @@ def test_built_ins_not_installed_here_are_expected_not_an_alarm(
     wait_for(
         browser,
         lambda b: all(
-            row_state(b, rid) == Marker.NOT_INSTALLED for rid in ("extraction", "linkgen")
+            row_state(b, rid) == TriggerState.UNAVAILABLE for rid in ("extraction", "linkgen")
         ),
         "the standing built-ins to show as not installed here",
     )

@@ -43,6 +43,7 @@ from anyrtd.vocab import (
     Kind,
     RollupField,
     RunStatus,
+    Severity,
     TriggerState,
     is_unassigned,
 )
@@ -99,13 +100,26 @@ def triggers_table(items: list[dict[str, Any]], me: str | None, now: float, sort
             fmt.schedule(t.get("kind"), t.get("spec")),
             fmt.owner(t.get("owner"), me),
             "yes" if t.get("enabled") else "no",
-            fmt.when(t["nextFire"], now) if t.get("nextFire") else f"({t.get('state')})",
+            state_word(t),
+            fmt.when(t["nextFire"], now) if t.get("nextFire") and _fires(t) else "-",
             str(t.get(RollupField.LAST_STATUS) or "-") + _missed_mark(t.get("missed")),
         ]
         for t in sorted(items, key=key)
     ]
-    headers = ["ID", "KIND", "SCHEDULE", "OWNER", "ENABLED", "NEXT FIRE", "LAST STATUS"]
+    headers = ["ID", "KIND", "SCHEDULE", "OWNER", "ENABLED", "STATE", "NEXT FIRE", "LAST STATUS"]
     return fmt.table(headers, rows)
+
+
+def state_word(t: Mapping[str, Any]) -> str:
+    """Return a trigger's state as the list, `show` and `why` print it: `cannot_run
+    (not_installed)`, the reason in a word after the state where there is one."""
+    state, reason = t.get("state"), t.get("stateReason")
+    return f"{state} ({reason})" if reason else str(state)
+
+
+def _fires(t: Mapping[str, Any]) -> bool:
+    """Tell whether a trigger's next fire is one (a trigger that cannot run has none to show)."""
+    return t.get("severity") not in (Severity.BAD, Severity.QUIET)
 
 
 def _missed_mark(missed: Any) -> str:
@@ -211,7 +225,7 @@ def triggers_show(config: Config, trigger_id: str, as_json: bool) -> None:
         ("args", fmt.compact(t.get("args") or {})),
         ("owner", fmt.owner_line(t.get("owner"), me)),
         ("enabled", "yes" if t.get("enabled") else "no"),
-        ("state", t.get("state")),
+        ("state", state_word(t)),
     ]
     if t.get("malformed"):
         lines.append(("malformed", t["malformed"]))
@@ -274,6 +288,8 @@ def why_text(answer: Mapping[str, Any], me: str | None, now: float) -> str:
         head += f": next {fmt.when(fires[0], now)}"
     lines = [head + ("" if blocking else ".")]
     lines += [f"  then {fmt.when(at, now)}" for at in fires[1:]]
+    if answer.get("state"):
+        lines.append(f"state: {fmt.field(state_word(answer))}")
     if blocking:
         lines.append("")
         lines.append("why, in the order to fix it:" if len(blocking) > 1 else "why:")
