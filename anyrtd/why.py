@@ -16,7 +16,9 @@ facts it has at hand (`list_facts`), so they agree by construction.
 
 from __future__ import annotations
 
+import json
 import re
+import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,6 +70,7 @@ class Failure:
     run_id: str
     started_at: float
     error: str | None
+    error_type: str | None = None
 
 
 @dataclass(frozen=True)
@@ -547,7 +550,8 @@ def _state(facts: WhyFacts, defn: TriggerDef, entry: Entry | None) -> list[Reaso
                     RollupField.LAST_STATUS: defn.rollup.last_status,
                     "lastErrors": errors,
                 },
-                f"anyrtd triggers enable {facts.id}",
+                _args_fix(facts, defn, f" && anyrtd triggers enable {facts.id}")
+                or f"anyrtd triggers enable {facts.id}",
             )
         ]
     if defn.kind == Kind.ONCE and consumed:
@@ -576,6 +580,21 @@ def _state(facts: WhyFacts, defn: TriggerDef, entry: Entry | None) -> list[Reaso
     ]
 
 
+CHAT_NOT_FOUND = "ChatNotFound"
+"""The `errorType` of a built-in's run whose chat does not exist (anyrtd/programs/chat.py)."""
+
+
+def _args_fix(facts: WhyFacts, defn: TriggerDef, then: str) -> str | None:
+    """Return the command that fixes what the newest failure says, when it says what: a
+    chat that does not exist is fixed by args without it (the general chat), not by enable."""
+    newest = facts.failures[0] if facts.failures else None
+    if newest is None or newest.error_type != CHAT_NOT_FOUND or "chatId" not in defn.args:
+        return None
+    args = {k: v for k, v in defn.args.items() if k != "chatId"}
+    shown = shlex.quote(json.dumps(args, ensure_ascii=False, separators=(", ", ": ")))
+    return f"anyrtd triggers edit {facts.id} --args-json {shown}{then}"
+
+
 # notes that do not stop it
 
 
@@ -598,7 +617,7 @@ def _notes(facts: WhyFacts, defn: TriggerDef, entry: Entry | None) -> list[Reaso
                     "maxConsecutiveFailures": defn.max_consecutive_failures,
                     "lastErrors": errors,
                 },
-                f"anyrtd runs list --trigger {facts.id}",
+                _args_fix(facts, defn, "") or f"anyrtd runs list --trigger {facts.id}",
                 blocking=False,
             )
         )

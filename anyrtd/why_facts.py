@@ -108,7 +108,9 @@ async def gather(parts: Parts, trigger_id: str) -> WhyFacts:
     if defn is not None:
         rows = await parts.runs(trigger_id=trigger_id, limit=RUNS_READ)
         failures = [
-            Failure(r.run_id, r.started_at, r.error) for r in rows if r.status == RunStatus.FAILED
+            Failure(r.run_id, r.started_at, r.error, r.error_type)
+            for r in rows
+            if r.status == RunStatus.FAILED
         ][:LAST_ERRORS]
         if defn is not None and defn.kind == Kind.ONCE:
             scheduled = [r for r in rows if r.scheduled_at is not None]

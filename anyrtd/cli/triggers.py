@@ -483,7 +483,7 @@ async def _concerns(
     changed: Mapping[str, Any],
 ) -> tuple[list[str], list[str]]:
     """Return (warnings, notes) on the likely mistakes in what a write changes."""
-    from anyrtd.cli.caution import event_source, placement, schedule_warnings
+    from anyrtd.cli.caution import event_source, placement, program_chat, schedule_warnings
 
     merged = {**(stored or {}), **changed}
     warnings: list[str] = []
@@ -493,6 +493,8 @@ async def _concerns(
         if merged.get("kind") == Kind.EVENT:
             warnings += await event_source(records, merged.get("spec"))
     program, owner = merged.get("program"), merged.get("owner")
+    if stored is None or {"program", "args"} & set(changed):
+        warnings += await program_chat(records, program, merged.get("args"))
     if (stored is None or {"program", "owner"} & set(changed)) and isinstance(program, str):
         more, notes = await placement(
             records, config, owner if isinstance(owner, str) else "", program
