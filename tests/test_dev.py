@@ -272,6 +272,13 @@ def test_the_first_fire_comes_within_seconds_of_the_daemon_being_ready(dev: DevP
     )
     texts = asyncio.run(chat_texts(dev.server))
     assert any("First fire from anyrtd dev" in text for text in texts)
+    # the built-ins a dev user cannot install are quiet, not red `not_installed` rows
+    with dev.http() as c:
+        listed = {t["id"]: t for t in c.get("/triggers").json()}
+    for rid in ("extraction", "linkgen", "evolution", "reflection"):
+        shown = (listed[rid]["state"], listed[rid]["stateReason"], listed[rid]["severity"])
+        assert shown == ("unavailable", "not_installed", "quiet"), (rid, listed[rid])
+    assert not [t for t in listed.values() if t["severity"] == "bad"], listed
 
     # a restart arms it again, a few seconds ahead: a sign of life every start
     assert dev.interrupt() == 0
