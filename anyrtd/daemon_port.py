@@ -36,8 +36,8 @@ from anyrtd.sync import Sync
 from anyrtd.unit import Unit
 from anyrtd.vocab import RunStatus, Verdict
 from anyrtd.watch import MissedFacts
-from anyrtd.why import Answer
-from anyrtd.why_facts import Claiming, ask
+from anyrtd.why import Answer, Here
+from anyrtd.why_facts import Claiming, ask, here_of
 
 
 class Loops(Protocol):
@@ -116,7 +116,9 @@ class DaemonPort:
     def triggers(self) -> Triggers:
         r, e, now = self.records, self.registry.entries, self.clock.now()
         missed, totals = self.notices.found
-        return Triggers(e, r.parsed, r.raw, self.peer_id, now, missed, totals, self.firing.refusal)
+        here = self._here(now)
+        refusal = self.firing.refusal
+        return Triggers(e, r.parsed, r.raw, self.peer_id, now, missed, totals, refusal, here)
 
     def trigger(self, trigger_id: str) -> TriggerFacts | None:
         entry = self.registry.get(trigger_id)
@@ -125,7 +127,11 @@ class DaemonPort:
             return None
         raw = None if isinstance(parsed, TriggerDef) else self.records.raw(trigger_id)
         now, refuse = self.clock.now(), self.firing.refusal
-        return TriggerFacts(trigger_id, entry, parsed, raw, self.peer_id, now, refuse)
+        here = self._here(now)
+        return TriggerFacts(trigger_id, entry, parsed, raw, self.peer_id, now, refuse, here)
+
+    def _here(self, now: float) -> Here:
+        return here_of(self.claiming(now), self.gate.verdict, self.runner.is_installed)
 
     async def runs(self, **query: Any) -> Sequence[RunRow]:
         return cast(list[RunRow], await self._db_call(lambda m: m.runs(**query)))
@@ -209,13 +215,14 @@ class DaemonPort:
         return await self.client.devices()
 
     def claiming(self, now: float) -> Claiming:
+        confirm_s = self.loops.config.tick_s
         if self.gate.verdict != Verdict.ACTIVE:
-            return Claiming()
+            return Claiming(confirm_s=confirm_s)
         fence, waiting = self.fence, self.fence.waiting
         if waiting is None:
-            return Claiming(fence.may_claim(now))
+            return Claiming(fence.may_claim(now), confirm_s=confirm_s)
         held = f"term {waiting.seq} ({waiting.peer})", fence.hold_from, fence.hold_max_s
-        return Claiming(fence.may_claim(now), *held)
+        return Claiming(fence.may_claim(now), *held, confirm_s=confirm_s)
 
     def tombstoned(self, trigger_id: str) -> bool:
         return trigger_id in self.sync.tombstones

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,9 +24,10 @@ from anyrtd.client import ServerClient, ServerError, ServerUnavailable
 from anyrtd.config import Config
 from anyrtd.control.writes import Records, WriteError
 from anyrtd.devserver import DevServerError, start_devserver
+from anyrtd.missed import iso
 from anyrtd.serve import StartError, start_daemon
 from anyrtd.statedir import StateDirError, lock_state_dir
-from anyrtd.vocab import Kind
+from anyrtd.vocab import Kind, RollupField
 
 log = logging.getLogger("anyrtd.dev")
 
@@ -40,6 +42,43 @@ SAMPLE: dict[str, Any] = {
     "enabled": True,
 }
 CHAT_POLL_S = 25.0
+FIRST_ID = "dev-first"
+FIRST_IN_S = 3.0
+"""How long after the daemon is ready the first fire comes: a `once` this far ahead, so a
+newcomer sees a run within seconds, not up to a minute later (the sample is every minute)."""
+
+
+def first_fields(at: float, owner: str) -> dict[str, Any]:
+    """Return the record of the first fire: a reminder once, `at`, pinned to this device."""
+    return {
+        "name": "First fire of anyrtd dev",
+        "kind": Kind.ONCE.value,
+        "spec": {"at": round(at, 3)},
+        "program": "agent:remind@v1",
+        "args": {"text": "First fire from anyrtd dev: the daemon is running your triggers."},
+        "owner": owner,
+        "enabled": True,
+    }
+
+
+async def arm_first(client: ServerClient, space: str, at: float, owner: str) -> bool:
+    """Write (or re-arm) the first fire for `at` on this device, unless its id was deleted;
+    return whether it is there. Pinned here, it needs no claim: the next tick arms it."""
+    records = Records(client, space)
+    fields = first_fields(at, owner)
+    try:
+        stored = await records.get(FIRST_ID)
+    except WriteError:
+        log.info("the first-fire trigger %s was deleted; not creating it again", FIRST_ID)
+        return False
+    if stored is None:
+        await records.create(FIRST_ID, fields)
+    else:
+        # A new `at` without lastRunAt re-arms the shot (seeds: a once's consumed state).
+        gone = [k for k in (RollupField.LAST_RUN_AT.value,) if k in stored.fields]
+        await records.update(FIRST_ID, fields, gone)
+    log.info("the first fire: %s runs at %s, in %.0f s", FIRST_ID, iso(at), at - time.time())
+    return True
 
 
 class DevError(Exception):
@@ -91,6 +130,8 @@ class DevReady:
     """An id to suggest to `triggers create`: `hello`, or a free one when that is tombstoned."""
     new_exists: bool
     """Whether `new_id` names a live trigger already (made by an earlier session)."""
+    first_at: float | None = None
+    """When the first fire (`FIRST_ID`) runs, when it was armed (None with --no-sample)."""
 
 
 async def _watch_chat(client: ServerClient, space: str) -> None:
@@ -151,6 +192,11 @@ async def run_dev(
             watcher = ServerClient(devserver.url)
             tasks.append(asyncio.create_task(_watch_chat(watcher, config.space)))
             assert control.address is not None
+            first_at: float | None = None
+            if sample:
+                at = time.time() + FIRST_IN_S
+                if await arm_first(watcher, config.space, at, daemon.peer_id or ""):
+                    first_at = at
             ready(
                 DevReady(
                     server_url=devserver.url,
@@ -161,6 +207,7 @@ async def run_dev(
                     sample_id=SAMPLE_ID if has_sample else None,
                     new_id=new_id,
                     new_exists=new_exists,
+                    first_at=first_at,
                 )
             )
             await stop.wait()

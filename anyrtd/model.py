@@ -41,7 +41,9 @@ from anyrtd.vocab import Kind, Marker, RollupField
 __all__ = [
     "DEFAULT_MAX_CONSECUTIVE_FAILURES",
     "KINDS",
+    "MAX_CONSECUTIVE_FAILURES",
     "MAX_ID_LENGTH",
+    "MAX_PROGRAM_LENGTH",
     "RUNTIME_FIELDS",
     "STANDING_BUILTINS",
     "SUPPORTED_EVENT_DATASETS",
@@ -57,6 +59,7 @@ __all__ = [
     "marker_reason",
     "once_at",
     "parse_record",
+    "program_problem",
     "spec_error",
     "stand_in",
     "with_runtime",
@@ -69,11 +72,17 @@ STANDING_BUILTINS: frozenset[str] = frozenset(
 )
 SUPPORTED_EVENT_DATASETS: frozenset[str] = frozenset({"chat_messages"})
 DEFAULT_MAX_CONSECUTIVE_FAILURES = 3
+MAX_CONSECUTIVE_FAILURES = 1_000_000
+"""The highest breaker threshold (`maxConsecutiveFailures`, `--max-failures`): a record with a
+higher one is malformed, and the CLI and the control API refuse one before they write it."""
+MAX_PROGRAM_LENGTH = 200
+"""The longest program spec, in characters (`agent:remind@v1`, `mine:backup@v1`)."""
 MAX_ID_LENGTH = 128
 """The longest trigger id, in characters: a record with a longer one is malformed, and the
 control API and the CLI refuse one before they look it up."""
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
+_COUNTER_MAX = 2**53  # the rollup's counters: any count a JSON number holds exactly
 _LIMIT_KEYS = ("fuelPerRun", "timeoutS", "maxCostPerRun")
 
 
@@ -177,8 +186,8 @@ def _finite(record: Mapping[str, Any], key: str) -> float | None:
     return f
 
 
-def _count(record: Mapping[str, Any], key: str, default: int, minimum: int) -> int:
-    """Read a whole number (JSON may send 3.0), at least `minimum`."""
+def _count(record: Mapping[str, Any], key: str, default: int, minimum: int, maximum: int) -> int:
+    """Read a whole number (JSON may send 3.0), from `minimum` to `maximum`."""
     v = record.get(key)
     if v is None:
         return default
@@ -187,6 +196,8 @@ def _count(record: Mapping[str, Any], key: str, default: int, minimum: int) -> i
     n = int(v)
     if n < minimum:
         raise _Bad(f"{key} must be at least {minimum}, not {n}")
+    if n > maximum:
+        raise _Bad(f"{key} must be at most {maximum:,}, not {_show(v)}")
     return n
 
 
@@ -335,6 +346,23 @@ def id_problem(rid: str) -> str | None:
     return None
 
 
+def program_problem(program: str) -> str | None:
+    """Return why `program` cannot be a program spec (a space, a control character, too
+    long), or None: a spec is a lookup key such as `agent:remind@v1`, one word."""
+    shown = _show(program[:60] + ("…" if len(program) > 60 else ""))
+    if len(program) > MAX_PROGRAM_LENGTH:
+        return (
+            f"program {shown} is {len(program):,} characters long; "
+            f"a program spec has at most {MAX_PROGRAM_LENGTH}"
+        )
+    if any(ch.isspace() or _unsafe(ch) for ch in program):
+        return (
+            f"program {shown} is not a program spec: a spec is one word with no spaces or "
+            'control characters, such as "agent:remind@v1" or "mine:backup@v1"'
+        )
+    return None
+
+
 def _record_id(record: Any) -> str:
     try:
         rid = record.get("id") if isinstance(record, Mapping) else None
@@ -379,6 +407,9 @@ def _parse(record: Mapping[str, Any]) -> TriggerDef:
         raise _Bad(
             f'program must be a program spec such as "agent:remind@v1", not {_show(program)}'
         )
+    bad_program = program_problem(program)
+    if bad_program is not None:
+        raise _Bad(bad_program)
 
     raw_spec = record.get("spec")
     if raw_spec is not None and type(raw_spec) is not dict and not isinstance(raw_spec, Mapping):
@@ -402,7 +433,11 @@ def _parse(record: Mapping[str, Any]) -> TriggerDef:
         if value is not None and not _is_number(value):
             raise _Bad(f"limits.{key} must be a number, not {_show(value)}")
     max_failures = _count(
-        record, "maxConsecutiveFailures", DEFAULT_MAX_CONSECUTIVE_FAILURES, minimum=1
+        record,
+        "maxConsecutiveFailures",
+        DEFAULT_MAX_CONSECUTIVE_FAILURES,
+        minimum=1,
+        maximum=MAX_CONSECUTIVE_FAILURES,
     )
     rollup = _rollup(record)
     return TriggerDef(
@@ -452,8 +487,10 @@ def _rollup(record: Mapping[str, Any]) -> Rollup:
         last_duration_ms=_finite(record, RollupField.LAST_DURATION_MS),
         last_fuel=_finite(record, RollupField.LAST_FUEL),
         last_cost_usd=_finite(record, RollupField.LAST_COST_USD),
-        run_count=_count(record, RollupField.RUN_COUNT, 0, minimum=0),
-        consecutive_failures=_count(record, RollupField.CONSECUTIVE_FAILURES, 0, minimum=0),
+        run_count=_count(record, RollupField.RUN_COUNT, 0, minimum=0, maximum=_COUNTER_MAX),
+        consecutive_failures=_count(
+            record, RollupField.CONSECUTIVE_FAILURES, 0, minimum=0, maximum=_COUNTER_MAX
+        ),
         last_run_ref=_string(record, RollupField.LAST_RUN_REF),
     )
 

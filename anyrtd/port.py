@@ -23,7 +23,7 @@ from anyrtd.model import Malformed, TriggerDef
 from anyrtd.registry import Entry
 from anyrtd.rows import RunRow
 from anyrtd.watch import MissedFacts
-from anyrtd.why import Answer
+from anyrtd.why import Answer, Here
 
 
 def _runs_by_hand(_entry: Entry) -> str | None:
@@ -47,6 +47,8 @@ class Triggers:
     """Missed occurrences counted since the daemon started, by trigger id."""
     refusal: Callable[[Entry], str | None] = _runs_by_hand
     """Why a run by hand of an entry could only fail here (`Firing.refusal`), or None."""
+    here: Here = field(default_factory=Here)
+    """What this device is (its verdict, claims, programs), as each trigger's state reads it."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,8 @@ class TriggerFacts:
     now: float
     refusal: Callable[[Entry], str | None] = _runs_by_hand
     """Why a run by hand of an entry could only fail here (`Firing.refusal`), or None."""
+    here: Here = field(default_factory=Here)
+    """What this device is, as the trigger's state reads it."""
 
     @property
     def run_refused(self) -> str | None:

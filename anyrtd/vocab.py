@@ -88,7 +88,8 @@ class Verdict(StrEnum):
 
 
 class TriggerState(StrEnum):
-    """One word for where a trigger stands on this device (the control API's `state`)."""
+    """One word for where a trigger stands on this device (the control API's `state`, the
+    list's and `why`'s), decided by `anyrtd.why.explain` from its first blocking reason."""
 
     SCHEDULED = "scheduled"
     LISTENING = "listening"
@@ -98,13 +99,48 @@ class TriggerState(StrEnum):
     AUTO_DISABLED = "auto_disabled"
     CONSUMED = "consumed"
     CLAIMING = "claiming"
-    INVALID_SPEC = "invalid_spec"
-    UNSUPPORTED_SOURCE = "unsupported_source"
-    NOT_INSTALLED = "not_installed"
+    CANNOT_RUN = "cannot_run"
+    """It belongs here but can never run as it stands; `stateReason` says why in a word."""
+    UNAVAILABLE = "unavailable"
+    """A standing built-in whose program this device does not have: expected, not an alarm."""
     UNASSIGNED = "unassigned"
     PINNED_HERE = "pinned_here"
     PINNED_ELSEWHERE = "pinned_elsewhere"
     MALFORMED = "malformed"
+    UNKNOWN = "unknown"
+    """No record of that id (only `why` says it: a list has no row for it)."""
+    DELETED = "deleted"
+    """Its record was deleted (its id tombstoned); only `why` says it."""
+
+
+class StateReason(StrEnum):
+    """Why a trigger is `cannot_run` (or `unavailable`, or not here yet), in a word."""
+
+    NOT_INSTALLED = "not_installed"
+    INVALID_SPEC = "invalid_spec"
+    UNSUPPORTED_SOURCE = "unsupported_source"
+    DEVICE_PRUNED = "device_pruned"
+    NO_PEER_ID = "no_peer_id"
+    STANDBY = "standby"
+    TAKEOVER_HOLD = "takeover_hold"
+    NOT_ADOPTED = "not_adopted"
+    NO_NEXT_FIRE = "no_next_fire"
+
+
+class Severity(StrEnum):
+    """How much a trigger's state asks of its user: the colour the page gives it."""
+
+    OK = "ok"
+    """It fires (or listens) as meant."""
+    BUSY = "busy"
+    """It is on its way: running, or being claimed."""
+    QUIET = "quiet"
+    """It does not fire here, as meant: disabled, consumed, held elsewhere, a built-in not
+    shipped."""
+    WARN = "warn"
+    """It may need a look: enabled with nothing ahead, this device without a peer id."""
+    BAD = "bad"
+    """It cannot fire until someone fixes it."""
 
 
 class DeviceState(StrEnum):

@@ -4,14 +4,22 @@
 (the record, then this device, then where the trigger belongs, then its definition, then
 its state), each with the fact behind it and the command that changes it; and, when it
 will fire, when next and on which device. Notes that do not stop it (failing runs, a run
-in flight, overlap skips) follow as non-blocking reasons. The daemon gathers the facts
-(`anyrtd/why_facts.py`); the control API serves the answer at `GET /triggers/:id/why`.
+in flight, overlap skips, a claim awaiting its confirmation) follow as non-blocking
+reasons. The daemon gathers the facts (`anyrtd/why_facts.py`); the control API serves the
+answer at `GET /triggers/:id/why`.
+
+The answer also carries the one word the trigger shows (`Shown`: its state, the reason in
+a word, a severity), decided from those reasons: `triggers list`, the control API's trigger
+views (what the status page draws) and `why` all take it from here, the list from the
+facts it has at hand (`list_facts`), so they agree by construction.
 """
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Mapping, Sequence
+import shlex
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +35,9 @@ from anyrtd.vocab import (
     Marker,
     MissCause,
     RollupField,
+    Severity,
+    StateReason,
+    TriggerState,
     Verdict,
     is_unassigned,
 )
@@ -60,6 +71,7 @@ class Failure:
     run_id: str
     started_at: float
     error: str | None
+    error_type: str | None = None
 
 
 @dataclass(frozen=True)
@@ -103,6 +115,62 @@ class WhyFacts:
     """The loop of chains it is in, where it is in one: it never fires."""
     last_fired_by: str | None = None
     """A chain's: the upstream run its last run here answered."""
+    confirm_s: float = 0.0
+    """How long after its claim this device confirms it (the owner stamp seen back)."""
+    standing: bool = False
+    """Whether it is a standing built-in (anyrtd/standing.py): code-owned, not the user's."""
+
+
+def _any_program(_program: str) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class Here:
+    """What this device is, as a trigger's state reads it: the facts a list has at hand."""
+
+    verdict: str = Verdict.ACTIVE
+    may_claim: bool = True
+    hold: Mapping[str, Any] | None = None
+    installed: Callable[[str], bool] = _any_program
+    confirm_s: float = 0.0
+
+
+def list_facts(
+    trigger_id: str,
+    entry: Entry | None,
+    parsed: TriggerDef | Malformed | None,
+    peer_id: str | None,
+    here: Here,
+    now: float,
+    *,
+    standing: bool = False,
+) -> WhyFacts:
+    """Return the facts a list of triggers has for one row (no run history, no devices
+    registry): enough for its state, which reads nothing else."""
+    defn = parsed if isinstance(parsed, TriggerDef) else entry.defn if entry else None
+    return WhyFacts(
+        id=trigger_id,
+        now=now,
+        peer_id=peer_id,
+        verdict=here.verdict,
+        parsed=parsed,
+        entry=entry,
+        hold=here.hold,
+        may_claim=here.may_claim,
+        installed=defn is None or here.installed(defn.program),
+        confirm_s=here.confirm_s,
+        standing=standing,
+    )
+
+
+@dataclass(frozen=True)
+class Shown:
+    """The one word a trigger shows: its state, the reason in a word, and its severity."""
+
+    state: TriggerState
+    reason: str | None
+    severity: Severity
 
 
 @dataclass(frozen=True)
@@ -127,6 +195,8 @@ class Answer:
     next_fires: Sequence[float]
     reasons: Sequence[Reason]
     now: float
+    shown: Shown = field(default_factory=lambda: Shown(TriggerState.UNKNOWN, None, Severity.BAD))
+    """The state it shows, decided from these reasons (`shown`)."""
 
 
 def malformed_field(reason: str) -> str | None:
@@ -169,13 +239,73 @@ def explain(facts: WhyFacts) -> Answer:
     fires = not blocking
     if defn is not None:
         reasons += _notes(facts, defn, entry)
+    look = shown(facts, defn, reasons)
     if fires:
-        return Answer(facts.id, True, facts.peer_id, list(facts.next_fires), reasons, facts.now)
+        # Not armed yet (adopted next tick, or a claim to confirm): the spec's next fires.
+        armed = entry is not None and entry.row.claimed_at is None
+        ahead = list(facts.next_fires) if armed else _after_claim(facts, defn)
+        return Answer(facts.id, True, facts.peer_id, ahead, reasons, facts.now, look)
     # Only where it belongs stops it here: it fires on that device, if that one is live.
     elsewhere = all(r.cause in (Cause.PINNED_ELSEWHERE, Cause.STANDBY) for r in blocking)
     if elsewhere and device is not None and device_state(facts, device) == LIVE:
-        return Answer(facts.id, False, device, list(facts.spec_fires), reasons, facts.now)
-    return Answer(facts.id, False, None, [], reasons, facts.now)
+        return Answer(facts.id, False, device, list(facts.spec_fires), reasons, facts.now, look)
+    return Answer(facts.id, False, None, [], reasons, facts.now, look)
+
+
+def _after_claim(facts: WhyFacts, defn: TriggerDef | None) -> list[float]:
+    """Return the fires of a trigger not armed yet: the spec's, from when a claim in flight
+    is confirmed (a cron's occurrence before then is not fired; a once fires when armed)."""
+    row = facts.entry.row if facts.entry is not None else None
+    if row is None or row.claimed_at is None or defn is None or defn.kind != Kind.CRON:
+        return list(facts.spec_fires)
+    by = row.claimed_at + facts.confirm_s
+    return [t for t in facts.spec_fires if t > by]
+
+
+_QUIET, _BAD = Severity.QUIET, Severity.BAD
+_BY_CAUSE: Mapping[Cause, tuple[TriggerState, str | None, Severity]] = {
+    Cause.UNKNOWN: (TriggerState.UNKNOWN, None, _BAD),
+    Cause.TOMBSTONED: (TriggerState.DELETED, None, _QUIET),
+    Cause.MALFORMED: (TriggerState.MALFORMED, None, _BAD),
+    Cause.NO_PEER_ID: (TriggerState.UNASSIGNED, StateReason.NO_PEER_ID, Severity.WARN),
+    Cause.DEVICE_PRUNED: (TriggerState.CANNOT_RUN, StateReason.DEVICE_PRUNED, _BAD),
+    Cause.PINNED_ELSEWHERE: (TriggerState.PINNED_ELSEWHERE, None, _QUIET),
+    Cause.STANDBY: (TriggerState.UNASSIGNED, StateReason.STANDBY, _QUIET),
+    Cause.TAKEOVER_HOLD: (TriggerState.UNASSIGNED, StateReason.TAKEOVER_HOLD, Severity.BUSY),
+    Cause.AUTO_DISABLED: (TriggerState.AUTO_DISABLED, None, _BAD),
+    Cause.CONSUMED: (TriggerState.CONSUMED, None, _QUIET),
+    Cause.DISABLED: (TriggerState.DISABLED, None, _QUIET),
+    Cause.NO_NEXT_FIRE: (TriggerState.IDLE, StateReason.NO_NEXT_FIRE, Severity.WARN),
+}
+
+
+def shown(facts: WhyFacts, defn: TriggerDef | None, reasons: Sequence[Reason]) -> Shown:
+    """Return the state a trigger shows: its first blocking reason's, or, when it fires here,
+    what it is doing (running, being claimed or adopted, listening, scheduled)."""
+    blocking = [r for r in reasons if r.blocking]
+    if blocking:
+        first = blocking[0]
+        if first.cause in (Cause.MARKER, Cause.NOT_INSTALLED):
+            word = str(first.facts.get("marker") or StateReason.NOT_INSTALLED)
+            if facts.standing and word == StateReason.NOT_INSTALLED:
+                return Shown(TriggerState.UNAVAILABLE, word, _QUIET)
+            return Shown(TriggerState.CANNOT_RUN, word, _BAD)
+        # The list has no devices registry at hand: the state never reads it.
+        return Shown(*_BY_CAUSE[first.cause])
+    causes = {r.cause for r in reasons}
+    entry = facts.entry
+    if entry is not None and entry.running:
+        return Shown(TriggerState.RUNNING, None, Severity.BUSY)
+    if Cause.CLAIMING in causes:
+        return Shown(TriggerState.CLAIMING, None, Severity.BUSY)
+    if Cause.NOT_ADOPTED in causes and defn is not None:
+        here = TriggerState.UNASSIGNED if is_unassigned(defn.owner) else TriggerState.PINNED_HERE
+        return Shown(here, StateReason.NOT_ADOPTED, Severity.BUSY)
+    if defn is not None and defn.kind == Kind.EVENT:
+        return Shown(TriggerState.LISTENING, None, Severity.OK)
+    if entry is not None and entry.row.next_fire is not None:
+        return Shown(TriggerState.SCHEDULED, None, Severity.OK)
+    return Shown(TriggerState.IDLE, None, Severity.WARN)
 
 
 def _device(facts: WhyFacts, defn: TriggerDef | None) -> str | None:
@@ -330,20 +460,26 @@ def _definition(facts: WhyFacts, defn: TriggerDef, entry: Entry | None) -> list[
         out.append(
             Reason(
                 Cause.NOT_ADOPTED,
-                "it belongs on this device but is not adopted yet: the next tick takes it up",
+                "it belongs on this device and is not adopted yet: the next tick takes it up, "
+                "and it fires here from then on",
                 {"owner": defn.owner, "verdict": facts.verdict},
                 None,
+                blocking=False,
             )
         )
     row = entry.row if entry is not None else None
     if row is not None and row.claimed_at is not None:
+        by = row.claimed_at + facts.confirm_s
+        when = f"by about {iso(by)}" if by > facts.now else "on the next tick"
         out.append(
             Reason(
                 Cause.CLAIMING,
-                "this device claimed it and awaits the claim's confirmation "
-                "(the owner stamp seen back from the server, and a full tick still the owner)",
-                {"claimedAt": row.claimed_at, "owner": defn.owner},
+                f"this device claimed it at {iso(row.claimed_at)} and confirms the claim {when} "
+                "(once the server shows its owner stamp): it is armed then, and fires here "
+                "from its next occurrence",
+                {"claimedAt": row.claimed_at, "confirmBy": by, "owner": defn.owner},
                 None,
+                blocking=False,
             )
         )
     if facts.chain_loop is not None and defn.enabled:
@@ -431,7 +567,8 @@ def _state(facts: WhyFacts, defn: TriggerDef, entry: Entry | None) -> list[Reaso
                     RollupField.LAST_STATUS: defn.rollup.last_status,
                     "lastErrors": errors,
                 },
-                f"anyrtd triggers enable {facts.id}",
+                _args_fix(facts, defn, f" && anyrtd triggers enable {facts.id}")
+                or f"anyrtd triggers enable {facts.id}",
             )
         ]
     if defn.kind == Kind.ONCE and consumed:
@@ -460,6 +597,21 @@ def _state(facts: WhyFacts, defn: TriggerDef, entry: Entry | None) -> list[Reaso
     ]
 
 
+CHAT_NOT_FOUND = "ChatNotFound"
+"""The `errorType` of a built-in's run whose chat does not exist (anyrtd/programs/chat.py)."""
+
+
+def _args_fix(facts: WhyFacts, defn: TriggerDef, then: str) -> str | None:
+    """Return the command that fixes what the newest failure says, when it says what: a
+    chat that does not exist is fixed by args without it (the general chat), not by enable."""
+    newest = facts.failures[0] if facts.failures else None
+    if newest is None or newest.error_type != CHAT_NOT_FOUND or "chatId" not in defn.args:
+        return None
+    args = {k: v for k, v in defn.args.items() if k != "chatId"}
+    shown = shlex.quote(json.dumps(args, ensure_ascii=False, separators=(", ", ": ")))
+    return f"anyrtd triggers edit {facts.id} --args-json {shown}{then}"
+
+
 # notes that do not stop it
 
 
@@ -482,7 +634,7 @@ def _notes(facts: WhyFacts, defn: TriggerDef, entry: Entry | None) -> list[Reaso
                     "maxConsecutiveFailures": defn.max_consecutive_failures,
                     "lastErrors": errors,
                 },
-                f"anyrtd runs list --trigger {facts.id}",
+                _args_fix(facts, defn, "") or f"anyrtd runs list --trigger {facts.id}",
                 blocking=False,
             )
         )
@@ -559,10 +711,13 @@ __all__ = [
     "UNKNOWN",
     "Answer",
     "Failure",
+    "Here",
     "Reason",
+    "Shown",
     "WhyFacts",
     "device_state",
     "explain",
+    "list_facts",
     "malformed_field",
     "missed_reason",
 ]

@@ -7,20 +7,20 @@ The port's method `why` is this module's `ask`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from anyrtd.client import DevicesView
 from anyrtd.missed import Missed
-from anyrtd.model import TriggerDef, chain_of
+from anyrtd.model import STANDING_BUILTINS, TriggerDef, chain_of
 from anyrtd.port import TriggerFacts
 from anyrtd.registry import Entry
 from anyrtd.rows import RunRow
 from anyrtd.schedule import preview
 from anyrtd.vocab import Kind, RunStatus
 from anyrtd.watch import read_devices
-from anyrtd.why import Answer, Failure, WhyFacts, explain
+from anyrtd.why import Answer, Failure, Here, WhyFacts, explain
 
 NEXT_FIRES = 5
 LAST_ERRORS = 3
@@ -36,6 +36,8 @@ class Claiming:
     """The term the hold waits for, as `term <seq> (<peer>)`; None when there is no hold."""
     since: float = 0.0
     max_s: float = 0.0
+    confirm_s: float = 0.0
+    """How long after a claim this device confirms it (a tick: the owner stamp seen back)."""
 
 
 class Parts(Protocol):
@@ -75,6 +77,18 @@ class Parts(Protocol):
     ) -> Missed | None: ...
 
 
+def hold_of(claiming: Claiming) -> dict[str, Any] | None:
+    """Return the takeover hold as `why` shows it (`waitingFor`, `since`, `maxS`), or None."""
+    if claiming.waiting_for is None:
+        return None
+    return {"waitingFor": claiming.waiting_for, "since": claiming.since, "maxS": claiming.max_s}
+
+
+def here_of(claiming: Claiming, verdict: str, installed: Callable[[str], bool]) -> Here:
+    """Return what this device is, as a list's trigger states read it."""
+    return Here(verdict, claiming.may_claim, hold_of(claiming), installed, claiming.confirm_s)
+
+
 async def ask(parts: Parts, trigger_id: str) -> Answer:
     """Gather what this device knows of `trigger_id` and return the answer."""
     return explain(await gather(parts, trigger_id))
@@ -90,17 +104,17 @@ async def gather(parts: Parts, trigger_id: str) -> WhyFacts:
     defn = parsed if isinstance(parsed, TriggerDef) else entry.defn if entry else None
     devices, names = await read_devices(parts)
     verdict = parts.verdict()
-    hold: dict[str, Any] | None = None
     claiming = parts.claiming(now)
-    if claiming.waiting_for is not None:
-        hold = {"waitingFor": claiming.waiting_for, "since": claiming.since, "maxS": claiming.max_s}
+    hold = hold_of(claiming)
     failures: list[Failure] = []
     consumed_run: str | None = None
     rows: Sequence[RunRow] = ()
     if defn is not None:
         rows = await parts.runs(trigger_id=trigger_id, limit=RUNS_READ)
         failures = [
-            Failure(r.run_id, r.started_at, r.error) for r in rows if r.status == RunStatus.FAILED
+            Failure(r.run_id, r.started_at, r.error, r.error_type)
+            for r in rows
+            if r.status == RunStatus.FAILED
         ][:LAST_ERRORS]
         if defn is not None and defn.kind == Kind.ONCE:
             scheduled = [r for r in rows if r.scheduled_at is not None]
@@ -136,6 +150,8 @@ async def gather(parts: Parts, trigger_id: str) -> WhyFacts:
         missed=parts.missed_of(
             trigger_id, now, [r.scheduled_at for r in rows if r.scheduled_at is not None]
         ),
+        confirm_s=claiming.confirm_s,
+        standing=trigger_id in STANDING_BUILTINS,
     )
 
 
@@ -149,4 +165,4 @@ def _next_fires(entry: Entry | None) -> list[float]:
     return [first, *preview(entry.defn, first, NEXT_FIRES - 1, anchor=entry.row.armed_at)]
 
 
-__all__ = ["Claiming", "Parts", "ask", "gather"]
+__all__ = ["Claiming", "Parts", "ask", "gather", "here_of", "hold_of"]

@@ -9,6 +9,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -243,3 +244,54 @@ def test_the_how_to_leaves_out_a_deleted_sample(dev: DevProcess) -> None:
     how_to = dev.out.read_text()
     assert "dev-reminder" not in how_to
     assert "sample trigger          none" in how_to
+
+
+def test_the_first_fire_comes_within_seconds_of_the_daemon_being_ready(dev: DevProcess) -> None:
+    started = time.time()
+    dev.start()
+    ready = time.time()
+    how_to = dev.out.read_text()
+    assert "first fire              dev-first at " in how_to
+    assert "anyrtd runs list --trigger dev-first" in how_to
+    assert "status page" in how_to.split("first fire", 1)[1].splitlines()[0]
+
+    def first_run() -> dict[str, Any] | None:
+        with dev.http() as c:
+            runs: list[dict[str, Any]] = c.get("/runs", params={"trigger": "dev-first"}).json()
+        done = [r for r in runs if r["triggerId"] == "dev-first" and r["status"] != "running"]
+        return done[0] if done else None
+
+    run = wait_until(first_run, timeout=30, what="the first fire of anyrtd dev")
+    assert run["status"] == "ok" and run["scheduledAt"] is not None
+    # within seconds of the daemon being ready (the sample every minute could take 60 s)
+    assert run["startedAt"] - ready < 10, (run, ready)
+    print(
+        f"anyrtd dev: ready {ready - started:.1f} s after start, first fire "
+        f"{run['startedAt'] - started:.1f} s after start "
+        f"({run['startedAt'] - ready:.1f} s after ready)"
+    )
+    texts = asyncio.run(chat_texts(dev.server))
+    assert any("First fire from anyrtd dev" in text for text in texts)
+    # the built-ins a dev user cannot install are quiet, not red `not_installed` rows
+    with dev.http() as c:
+        listed = {t["id"]: t for t in c.get("/triggers").json()}
+    for rid in ("extraction", "linkgen", "evolution", "reflection"):
+        shown = (listed[rid]["state"], listed[rid]["stateReason"], listed[rid]["severity"])
+        assert shown == ("unavailable", "not_installed", "quiet"), (rid, listed[rid])
+    assert not [t for t in listed.values() if t["severity"] == "bad"], listed
+
+    # a restart arms it again, a few seconds ahead: a sign of life every start
+    assert dev.interrupt() == 0
+    again = time.time()
+    dev.start()
+
+    def second_run() -> dict[str, Any] | None:
+        with dev.http() as c:
+            runs: list[dict[str, Any]] = c.get("/runs", params={"trigger": "dev-first"}).json()
+        later = [r for r in runs if r["startedAt"] > again and r["status"] != "running"]
+        return later[0] if later else None
+
+    assert (
+        wait_until(second_run, timeout=30, what="the first fire after a restart")["status"] == "ok"
+    )
+    assert dev.interrupt() == 0

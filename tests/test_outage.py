@@ -250,7 +250,7 @@ def test_an_auto_disabled_trigger_is_an_error_line_and_doctor_lists_it_with_inva
         what="the breaker to trip",
     )
     wait_until(
-        lambda: get(serve, "/triggers/typo")["state"] == "invalid_spec",
+        lambda: get(serve, "/triggers/typo")["stateReason"] == "invalid_spec",
         timeout=30,
         what="the typo to be marked",
     )

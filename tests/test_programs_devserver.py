@@ -80,8 +80,10 @@ async def test_remind_into_a_space_that_does_not_exist_fails(
     )
 
     assert out.status == "FAILED"
-    assert out.error_type == "ServerError"
-    assert out.error is not None and "404" in out.error
+    assert out.error_type == "ChatNotFound"
+    assert out.error is not None
+    assert out.error.startswith("chat obj does not exist in space no-such-space: set args.chatId")
+    assert "Traceback" not in out.output and out.output.count("\n") == 1
 
 
 async def test_rollup_posts_a_digest_of_the_last_day_skipping_its_own(

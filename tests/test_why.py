@@ -181,15 +181,26 @@ def test_a_lapsed_lease_holds_claims_too() -> None:
     assert causes(facts(defn(owner=""), None, may_claim=False)) == [Cause.TAKEOVER_HOLD]
 
 
-def test_a_record_that_belongs_here_but_is_not_adopted_yet() -> None:
-    assert causes(facts(defn(owner=""), None)) == [Cause.NOT_ADOPTED]
+def test_a_record_that_belongs_here_but_is_not_adopted_yet_fires_from_the_next_tick() -> None:
+    answer = explain(facts(defn(owner=""), None, spec_fires=(NOW + 60,)))
+    (reason,) = answer.reasons
+    assert reason.cause == Cause.NOT_ADOPTED and not reason.blocking
+    assert answer.fires and answer.next_fires == [NOW + 60]
 
 
-def test_a_claim_awaiting_confirmation() -> None:
+def test_a_claim_awaiting_confirmation_says_when_it_is_armed_and_fires() -> None:
     d = defn(owner=ME)
-    f = facts(d, entry(d, claimed_at=NOW - 1, next_fire=None))
-    (reason,) = explain(f).reasons
+    f = facts(
+        d, entry(d, claimed_at=NOW - 1, next_fire=None), confirm_s=5.0,
+        spec_fires=(NOW + 2, NOW + 62),
+    )  # fmt: skip
+    answer = explain(f)
+    (reason,) = answer.reasons
     assert reason.cause == Cause.CLAIMING and reason.facts["claimedAt"] == NOW - 1
+    assert not reason.blocking and reason.facts["confirmBy"] == NOW + 4
+    assert "confirms the claim by about" in reason.text and "fires here" in reason.text
+    # it fires: a cron from its first occurrence after the claim is confirmed
+    assert answer.fires and answer.next_fires == [NOW + 62]
 
 
 def test_a_marker_names_the_field_and_the_spec() -> None:

@@ -170,8 +170,10 @@ async def test_a_new_holder_not_yet_adopted(fleet: Fleet, ask: Ask) -> None:
     await fleet.activate(b)
     await b.election.poll()  # b holds the role now; its next tick adopts the record
     answer = await ask(b, "free")
-    assert blocking(answer) == [Cause.NOT_ADOPTED]
+    # not blocking: the next tick adopts it, and it fires here from then on
+    assert blocking(answer) == [] and answer["fires"] is True and answer["nextFires"]
     assert reason(answer, Cause.NOT_ADOPTED)["facts"]["verdict"] == "active"
+    assert answer["state"] == "unassigned" and answer["stateReason"] == "not_adopted"
     assert a.me != b.me
 
 
@@ -180,8 +182,12 @@ async def test_a_claim_awaiting_confirmation(fleet: Fleet, ask: Ask) -> None:
     await fleet.put("claimed", owner="", **cron())
     await a.tick()
     answer = await ask(a, "claimed")
-    assert blocking(answer) == [Cause.CLAIMING]
-    assert reason(answer, Cause.CLAIMING)["facts"]["claimedAt"] is not None
+    # not blocking: it says when the claim is confirmed, and that it fires here from then on
+    assert blocking(answer) == [] and answer["fires"] is True and answer["state"] == "claiming"
+    claim = reason(answer, Cause.CLAIMING)
+    assert claim["facts"]["claimedAt"] is not None
+    assert claim["facts"]["confirmBy"] > claim["facts"]["claimedAt"]
+    assert "fires here" in claim["text"] and answer["nextFires"]
     await fleet.step(5)
     await fleet.step(5)
     assert (await ask(a, "claimed"))["fires"] is True

@@ -129,26 +129,49 @@ async def placement(
     ], []
 
 
+async def _no_chat(records: Records, space: Any, chat: Any) -> bool:
+    """Tell whether the server says the chat `chat` of `space` does not exist."""
+    from anyrtd.client import Dataset, ServerError
+
+    if not isinstance(chat, str) or not chat or not isinstance(space, str) or not space:
+        return False
+    try:
+        await records.client.query(Dataset(space, chat, "chat_messages"), limit=1)
+    except ServerError as exc:
+        return exc.status == 404  # another answer says nothing about the chat
+    return False
+
+
 async def event_source(records: Records, spec: Any) -> list[str]:
     """Return a warning when the chat an event trigger watches does not exist on the server."""
-    from anyrtd.client import Dataset, ServerError
     from anyrtd.model import SUPPORTED_EVENT_DATASETS
 
     if not isinstance(spec, Mapping) or spec.get("dataset") not in SUPPORTED_EVENT_DATASETS:
         return []
     chat, space = spec.get("objectId"), spec.get("spaceId") or records.space
-    if not isinstance(chat, str) or not chat or not isinstance(space, str):
+    if not await _no_chat(records, space, chat):
         return []
-    try:
-        await records.client.query(Dataset(space, chat, spec["dataset"]), limit=1)
-    except ServerError as exc:
-        if exc.status != 404:
-            return []  # not an answer about the chat: nothing to say
-        return [
-            f"chat {chat} does not exist in space {space} (the server says: {exc.message}): "
-            "the trigger would never fire; ${GENERAL_CHAT} names the space's general chat"
-        ]
-    return []
+    return [
+        f"chat {chat} does not exist in space {space}: the trigger would never fire; "
+        "${GENERAL_CHAT} names the space's general chat"
+    ]
+
+
+CHAT_PROGRAMS = frozenset({"agent:remind@v1", "agent:rollup@v1"})
+"""The built-ins that post to a chat: args.chatId of args.space (default: the general chat)."""
+
+
+async def program_chat(records: Records, program: Any, args: Any) -> list[str]:
+    """Return a warning when the chat a built-in posts to does not exist on the server."""
+    if program not in CHAT_PROGRAMS or not isinstance(args, Mapping):
+        return []
+    chat, space = args.get("chatId"), args.get("space") or records.space
+    if not await _no_chat(records, space, chat):
+        return []
+    return [
+        f"chat {chat} does not exist in space {space}: every run of {program} would fail; "
+        "set args.chatId to a chat of the space, or drop it to post to the general chat"
+    ]
 
 
 def confirm(warnings: list[str], notes: list[str], yes: bool) -> None:

@@ -285,6 +285,9 @@ def invocation(argv0: str | None = None, path: str | None = None) -> str:
 
 def how_to(ready: DevReady, anyrtd: str = "anyrtd") -> str:
     """Return the printed how-to: what runs where, and the next commands to try."""
+    from anyrtd.cli import format as fmt
+    from anyrtd.dev import FIRST_ID
+
     address = ready.control
     env = []
     if ready.server_url != DEFAULT_SERVER:
@@ -306,6 +309,8 @@ def how_to(ready: DevReady, anyrtd: str = "anyrtd") -> str:
         sample_line = "none (--no-sample, or it was deleted)"
         target = ready.new_id
     tries = [f"{anyrtd} triggers list"]
+    if ready.first_at is not None:
+        tries.insert(0, f"{anyrtd} runs list --trigger {FIRST_ID}")
     if sample is not None:
         tries += [
             f"{anyrtd} triggers show {sample}",
@@ -330,13 +335,21 @@ def how_to(ready: DevReady, anyrtd: str = "anyrtd") -> str:
         tries.insert(0, f"export {' '.join(env)}")
     commands = "\n".join(f"  {line}" for line in tries)
     page = f"{address.url}/" if isinstance(address, TcpAddress) else "(TCP only)"
+    first_line = ""
+    if ready.first_at is not None:
+        seen = f"on the status page, {page}" if isinstance(address, TcpAddress) else "below"
+        first_line = (
+            f"\n  first fire              {FIRST_ID} at {fmt.clock(ready.first_at)} "
+            f"(a few seconds from now): a reminder in the general chat; see it {seen}, "
+            f"or `{anyrtd} runs list --trigger {FIRST_ID}`"
+        )
     return f"""
 anyrtd dev is running
   any server (devserver)  {ready.server_url}   (data: {ready.state_dir / "devserver.sqlite3"})
   control API             {address}
   this device             {ready.peer or "(resolving)"}
   status page             {page}
-  sample trigger          {sample_line}
+  sample trigger          {sample_line}{first_line}
 
 Try, in another terminal:
 {commands}

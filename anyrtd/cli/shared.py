@@ -187,13 +187,47 @@ def echo(text: str = "", *, err: bool = False, raw_prefix: str = "") -> None:
     click.echo(raw_prefix + printable(text, lines=True), err=err)
 
 
+class OneLineUsageError(click.UsageError):
+    """A usage mistake said as every other error is: one line, the error and where help is
+    (`Error: … (try 'anyrtd triggers create --help')`), exit status 2."""
+
+    def show(self, file: Any = None) -> None:
+        ctx = self.ctx
+        hint = ""
+        if ctx is not None:
+            hint = f" (try '{ctx.command_path} {ctx.help_option_names[-1]}')"
+        click.echo(f"Error: {self.format_message()}{hint}", err=True, file=file)
+
+
+def one_line_usage(exc: click.UsageError) -> click.UsageError:
+    """Return the usage error `exc` as one that shows in one line (its message escaped)."""
+    if isinstance(exc, OneLineUsageError) or type(exc).__name__ == "NoArgsIsHelpError":
+        return exc  # a group run bare shows its help, as click does
+    return OneLineUsageError(printable(exc.format_message(), lines=True), ctx=exc.ctx)
+
+
 class EscapingGroup(click.Group):
     """A group whose commands' error messages are escaped as `echo` escapes: they may quote
-    synced data (an id, a name) the control API or the server sent back."""
+    synced data (an id, a name) the control API or the server sent back; a usage mistake
+    shows in one line, as the other errors do."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as exc:
+            raise one_line_usage(exc) from None
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:
+            raise one_line_usage(exc) from None
         except click.ClickException as exc:
             # The same error (its class, status and usage hint), its message escaped; click's
             # stubs call `message` final, so the instance's own attribute is replaced.

@@ -43,6 +43,7 @@ from anyrtd.vocab import (
     Kind,
     RollupField,
     RunStatus,
+    Severity,
     TriggerState,
     is_unassigned,
 )
@@ -99,13 +100,26 @@ def triggers_table(items: list[dict[str, Any]], me: str | None, now: float, sort
             fmt.schedule(t.get("kind"), t.get("spec")),
             fmt.owner(t.get("owner"), me),
             "yes" if t.get("enabled") else "no",
-            fmt.when(t["nextFire"], now) if t.get("nextFire") else f"({t.get('state')})",
+            state_word(t),
+            fmt.when(t["nextFire"], now) if t.get("nextFire") and _fires(t) else "-",
             str(t.get(RollupField.LAST_STATUS) or "-") + _missed_mark(t.get("missed")),
         ]
         for t in sorted(items, key=key)
     ]
-    headers = ["ID", "KIND", "SCHEDULE", "OWNER", "ENABLED", "NEXT FIRE", "LAST STATUS"]
+    headers = ["ID", "KIND", "SCHEDULE", "OWNER", "ENABLED", "STATE", "NEXT FIRE", "LAST STATUS"]
     return fmt.table(headers, rows)
+
+
+def state_word(t: Mapping[str, Any]) -> str:
+    """Return a trigger's state as the list, `show` and `why` print it: `cannot_run
+    (not_installed)`, the reason in a word after the state where there is one."""
+    state, reason = t.get("state"), t.get("stateReason")
+    return f"{state} ({reason})" if reason else str(state)
+
+
+def _fires(t: Mapping[str, Any]) -> bool:
+    """Tell whether a trigger's next fire is one (a trigger that cannot run has none to show)."""
+    return t.get("severity") not in (Severity.BAD, Severity.QUIET)
 
 
 def _missed_mark(missed: Any) -> str:
@@ -211,7 +225,7 @@ def triggers_show(config: Config, trigger_id: str, as_json: bool) -> None:
         ("args", fmt.compact(t.get("args") or {})),
         ("owner", fmt.owner_line(t.get("owner"), me)),
         ("enabled", "yes" if t.get("enabled") else "no"),
-        ("state", t.get("state")),
+        ("state", state_word(t)),
     ]
     if isinstance(chain := t.get("chain"), dict):
         ups = chain.get("upstream")
@@ -279,6 +293,8 @@ def why_text(answer: Mapping[str, Any], me: str | None, now: float) -> str:
         head += f": next {fmt.when(fires[0], now)}"
     lines = [head + ("" if blocking else ".")]
     lines += [f"  then {fmt.when(at, now)}" for at in fires[1:]]
+    if answer.get("state"):
+        lines.append(f"state: {fmt.field(state_word(answer))}")
     if blocking:
         lines.append("")
         lines.append("why, in the order to fix it:" if len(blocking) > 1 else "why:")
@@ -395,7 +411,11 @@ def definition_options(fn: F) -> F:
         click.option("--arg", "arg_pairs", multiple=True, metavar="K=V", help="One arg (JSON)."),
         click.option("--args-json", metavar="JSON", help="All args as a JSON object."),
         click.option("--owner", metavar="PEER", help="Pin to a device (peer id, name or here)."),
-        click.option("--max-failures", type=click.IntRange(min=1), help="Breaker threshold."),
+        click.option(
+            "--max-failures",
+            type=click.IntRange(min=1),
+            help="Breaker threshold (at most 1,000,000).",
+        ),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -412,14 +432,14 @@ def _definition(opts: Mapping[str, Any], now: float) -> dict[str, Any]:
         raise click.UsageError("give one schedule: --cron, --every, --at, --event-chat or --after")
     if (opts.get("after_statuses") or opts.get("after_device")) and not opts.get("after_ids"):
         raise click.UsageError("--after-status and --after-device go with --after")
-    if opts.get("tz") and opts.get("cron_expr") is None:
+    if opts.get("tz") is not None and opts.get("cron_expr") is None:
         raise click.UsageError("--tz goes with --cron")
     if opts.get("event_space") and opts.get("event_chat") is None:
         raise click.UsageError("--event-space goes with --event-chat")
     if opts.get("cron_expr") is not None:
         spec: dict[str, Any] = {"cron": opts["cron_expr"]}
-        if opts.get("tz"):
-            spec["tz"] = opts["tz"]
+        if opts.get("tz") is not None:
+            spec["tz"] = opts["tz"]  # an empty one too: the spec check refuses it
         fields.update(kind=Kind.CRON.value, spec=spec)
     elif opts.get("every_s") is not None:
         fields.update(kind=Kind.CRON.value, spec={"every_s": spec_number(opts["every_s"])})
@@ -496,7 +516,7 @@ async def _concerns(
     changed: Mapping[str, Any],
 ) -> tuple[list[str], list[str]]:
     """Return (warnings, notes) on the likely mistakes in what a write changes."""
-    from anyrtd.cli.caution import event_source, placement, schedule_warnings
+    from anyrtd.cli.caution import event_source, placement, program_chat, schedule_warnings
 
     merged = {**(stored or {}), **changed}
     warnings: list[str] = []
@@ -506,6 +526,8 @@ async def _concerns(
         if merged.get("kind") == Kind.EVENT:
             warnings += await event_source(records, merged.get("spec"))
     program, owner = merged.get("program"), merged.get("owner")
+    if stored is None or {"program", "args"} & set(changed):
+        warnings += await program_chat(records, program, merged.get("args"))
     if (stored is None or {"program", "owner"} & set(changed)) and isinstance(program, str):
         more, notes = await placement(
             records, config, owner if isinstance(owner, str) else "", program

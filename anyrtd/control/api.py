@@ -19,6 +19,7 @@ from aiohttp import web
 from anyrtd import __version__
 from anyrtd.agenda import parse_hours
 from anyrtd.client import ServerError, ServerUnavailable
+from anyrtd.clock import Slice
 from anyrtd.control.gate import ConnectionGate, Pacer, gate_metrics
 from anyrtd.control.guard import (
     GUARD,
@@ -38,7 +39,7 @@ from anyrtd.control.views import (
     run_detail,
     run_output,
     run_summary,
-    trigger_state,
+    trigger_shown,
     trigger_view,
     why_view,
 )
@@ -175,6 +176,7 @@ def _view(facts: TriggerFacts, *, detail: bool) -> dict[str, Any]:
         facts.now,
         detail=detail,
         run_refused=facts.run_refused,
+        here=facts.here,
     )
 
 
@@ -321,6 +323,7 @@ async def list_triggers(request: web.Request) -> web.Response:
         missed=known.missed,
         refusal=known.refusal,
         give_way=port.give_way,
+        here=known.here,
     )
     return web.Response(body=body, content_type="application/json")
 
@@ -423,8 +426,22 @@ def _raw_kind(facts: TriggerFacts) -> str:
 
 
 async def enable_trigger(request: web.Request) -> web.Response:
-    """POST /triggers/:id/enable: enable and reset the breaker."""
+    """POST /triggers/:id/enable: enable and reset the breaker (a `once` that already ran is
+    refused: enabling it does not re-arm it; a new `at` does)."""
     port, facts = _known(request)
+    parsed = facts.parsed
+    if (
+        isinstance(parsed, TriggerDef)
+        and parsed.kind == Kind.ONCE
+        and parsed.rollup.last_run_at is not None
+    ):
+        raise BadRequest(
+            f"trigger {facts.id!r} is a once that already ran: enabling it does not run it "
+            f"again; to run it again at a new time, `anyrtd triggers edit {facts.id} --at TIME` "
+            "(--at +10m: in ten minutes)",
+            status=409,
+            code="consumed",
+        )
     fields, unset = _enable_fields(facts)
     return web.json_response(await _write(port, facts.id, fields, unset))
 
@@ -607,10 +624,14 @@ async def metrics(request: web.Request) -> web.Response:
         if isinstance(item := known.parsed.get(tid), TriggerDef)
         and item.kind in (Kind.CRON, Kind.ONCE)
     }
+    within = Slice()
     for tid, entry in known.entries.items():
+        if within.over():
+            await port.give_way()
+            within = Slice()
         item = known.parsed.get(tid)
-        last_status = item.rollup.last_status if isinstance(item, TriggerDef) else None
-        states[trigger_state(entry, entry.defn, known.peer_id, last_status)] += 1
+        look = trigger_shown(tid, entry, item, known.peer_id, known.here, known.now)
+        states[look.state] += 1
     facts = await port.metrics()
     text = metrics_text(
         states=states,

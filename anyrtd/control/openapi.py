@@ -17,9 +17,28 @@ from anyrtd.vocab import (
     OwnerState,
     RollupField,
     RunStatus,
+    Severity,
+    StateReason,
     TriggerState,
     Verdict,
 )
+
+_STATE: dict[str, Any] = {
+    "type": "string",
+    "enum": [*TriggerState],
+    "description": "Where the trigger stands on this device: the same word in the list, "
+    "the trigger's view and its why (decided once, from why's first blocking reason).",
+}
+_STATE_REASON: dict[str, Any] = {
+    "type": ["string", "null"],
+    "enum": [*StateReason, None],
+    "description": "The state's reason in a word (`cannot_run (not_installed)`), or null.",
+}
+_SEVERITY: dict[str, Any] = {
+    "type": "string",
+    "enum": [*Severity],
+    "description": "How much the state asks of its user (the status page's colour).",
+}
 
 RUN_STATUSES: list[str] = [RunStatus.RUNNING, *ENDED_STATUSES]
 """A run's `status` as the API shows it: `running` first, then the four outcomes."""
@@ -108,11 +127,9 @@ _SCHEMAS: dict[str, Any] = {
             RollupField.LAST_DURATION_MS: _NUM_OR_NULL,
             RollupField.LAST_RUN_REF: _STR_OR_NULL,
             "adopted": {"type": "boolean", "description": "In this device's registry."},
-            "state": {
-                "type": "string",
-                "enum": [*TriggerState],
-                "description": "Where the trigger stands on this device.",
-            },
+            "state": _STATE,
+            "stateReason": _STATE_REASON,
+            "severity": _SEVERITY,
             "running": {"type": "integer"},
             "runNowRefused": {
                 "type": ["string", "null"],
@@ -384,6 +401,9 @@ _SCHEMAS: dict[str, Any] = {
         "required": ["id", "fires", "device", "nextFire", "nextFires", "reasons", "now"],
         "properties": {
             "id": {"type": "string"},
+            "state": _STATE,
+            "stateReason": _STATE_REASON,
+            "severity": _SEVERITY,
             "fires": {"type": "boolean", "description": "Whether it fires on this device."},
             "device": {
                 **_STR_OR_NULL,

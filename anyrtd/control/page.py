@@ -18,7 +18,16 @@ from aiohttp import web
 
 from anyrtd.control.guard import public
 from anyrtd.model import STANDING_BUILTINS
-from anyrtd.vocab import STAMP_PREFIX, LastStatus, Marker, RunStatus, TriggerState, Verdict
+from anyrtd.vocab import (
+    STAMP_PREFIX,
+    LastStatus,
+    Marker,
+    RunStatus,
+    Severity,
+    StateReason,
+    TriggerState,
+    Verdict,
+)
 
 STATIC = resources.files("anyrtd.control").joinpath("static")
 SHELL = "index.html"
@@ -47,7 +56,7 @@ def _read(name: str) -> bytes:
 
 def vocabulary() -> dict[str, Any]:
     """Return anyrtd's words as the page's script reads them: each enum by member name."""
-    enums = (RunStatus, Marker, LastStatus, Verdict, TriggerState)
+    enums = (RunStatus, Marker, LastStatus, Verdict, TriggerState, StateReason, Severity)
     words: dict[str, Any] = {e.__name__: {m.name: m.value for m in e} for e in enums}
     words["stampPrefix"] = STAMP_PREFIX
     words["standingBuiltins"] = sorted(STANDING_BUILTINS)

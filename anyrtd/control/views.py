@@ -26,44 +26,31 @@ from anyrtd.standing import STANDING_BY_ID, definition
 from anyrtd.vocab import (
     ENDED_STATUSES,
     Kind,
-    LastStatus,
     RollupField,
     RunStatus,
+    Severity,
     TriggerState,
     Verdict,
-    is_unassigned,
 )
-from anyrtd.why import Answer
+from anyrtd.why import Answer, Here, Shown, explain, list_facts
 
 NEXT_FIRES = 5
 
 
-def trigger_state(
-    entry: Entry | None, defn: TriggerDef | None, peer_id: str | None, last_status: str | None
-) -> str:
-    """Return one word for where a trigger stands on this device."""
-    if defn is None:
-        return TriggerState.MALFORMED
-    if entry is None:
-        if is_unassigned(defn.owner):
-            return TriggerState.UNASSIGNED
-        return TriggerState.PINNED_HERE if defn.owner == peer_id else TriggerState.PINNED_ELSEWHERE
-    row = entry.row
-    if row.claimed_at is not None:
-        return TriggerState.CLAIMING
-    if row.marker is not None:
-        return row.marker
-    if not row.enabled:
-        if last_status == LastStatus.AUTO_DISABLED:
-            return TriggerState.AUTO_DISABLED
-        if defn.kind == Kind.ONCE and row.consumed:
-            return TriggerState.CONSUMED
-        return TriggerState.DISABLED
-    if entry.running:
-        return TriggerState.RUNNING
-    if defn.kind == Kind.EVENT:
-        return TriggerState.LISTENING
-    return TriggerState.SCHEDULED if row.next_fire is not None else TriggerState.IDLE
+def trigger_shown(
+    trigger_id: str,
+    entry: Entry | None,
+    parsed: TriggerDef | Malformed | None,
+    peer_id: str | None,
+    here: Here,
+    now: float,
+) -> Shown:
+    """Return the state a trigger shows on this device: the one `why` gives it (its answer's
+    `shown`), from the facts a list has at hand."""
+    facts = list_facts(
+        trigger_id, entry, parsed, peer_id, here, now, standing=trigger_id in STANDING_BY_ID
+    )
+    return explain(facts).shown
 
 
 def trigger_view(
@@ -77,12 +64,15 @@ def trigger_view(
     detail: bool = False,
     missed: Missed | None = None,
     run_refused: str | None = None,
+    here: Here | None = None,
 ) -> dict[str, Any]:
     """Return the control API's view of one trigger (a registry entry or a known record);
-    `run_refused`: why a run by hand of it could only fail here."""
+    `run_refused`: why a run by hand of it could only fail here; `here`: what this device
+    is, as the trigger's state reads it."""
     defn = _shown(trigger_id, entry, parsed, raw)
     if defn is None:
         return _malformed_view(trigger_id, parsed, raw)
+    look = trigger_shown(trigger_id, entry, parsed, peer_id, here or Here(), now)
     rollup = defn.rollup
     row = entry.row if entry is not None else None
     next_fire = row.next_fire if row is not None else None
@@ -102,7 +92,9 @@ def trigger_view(
         "program": defn.program,
         RollupField.RUN_COUNT: row.run_count if row is not None else rollup.run_count,
         "adopted": entry is not None,
-        "state": trigger_state(entry, defn, peer_id, rollup.last_status),
+        "state": look.state,
+        "stateReason": look.reason,
+        "severity": look.severity,
         "running": entry.running if entry is not None else 0,
         "runNowRefused": run_refused,
         "marker": row.marker if row is not None else None,
@@ -179,6 +171,7 @@ class ListCache:
         missed: Mapping[str, Missed] | None = None,
         refusal: Callable[[Entry], str | None] = lambda _entry: None,
         give_way: Callable[[], Awaitable[None]] | None = None,
+        here: Here | None = None,
     ) -> bytes:
         """Return the JSON array of the list views of `ids`, in that order (`refusal`: why
         a run by hand of an entry could only fail here). Once a slice of the loop's time
@@ -187,6 +180,8 @@ class ListCache:
         fresh: dict[str, tuple[tuple[Any, ...], bytes]] = {}
         parts: list[bytes] = []
         within = Slice()
+        here = here or Here()
+        device = (here.verdict, here.may_claim, here.hold is None)
         for tid in ids:
             if give_way is not None and within.over():
                 await give_way()
@@ -211,14 +206,25 @@ class ListCache:
                     row.claimed_at,
                     row.consumed,
                 )
-            key += (gap,)  # compared by equality: a pass gives a new one, often the same
+            defn = entry.defn if entry is not None else item
+            program = defn.program if isinstance(defn, TriggerDef) else None
+            # what this device is, as the state reads it: compared by equality
+            key += (gap, *device, program is None or here.installed(program))
             cached = self._items.get(tid)
             if cached is not None and _same(cached[0], key):
                 data = cached[1]
             else:
                 source = None if isinstance(item, TriggerDef) else raw(tid)
                 view = trigger_view(
-                    tid, entry, item, source, peer_id, now, missed=gap, run_refused=refused
+                    tid,
+                    entry,
+                    item,
+                    source,
+                    peer_id,
+                    now,
+                    missed=gap,
+                    run_refused=refused,
+                    here=here,
                 )
                 data = json.dumps(view, separators=(",", ":")).encode()
             fresh[tid] = (key, data)
@@ -248,6 +254,9 @@ def why_view(answer: Answer) -> dict[str, Any]:
     """Return the answer of `GET /triggers/:id/why`."""
     return {
         "id": answer.id,
+        "state": answer.shown.state,
+        "stateReason": answer.shown.reason,
+        "severity": answer.shown.severity,
         "fires": answer.fires,
         "device": answer.device,
         "nextFire": answer.next_fires[0] if answer.next_fires else None,
@@ -368,6 +377,8 @@ def _malformed_view(
         "args": pick("args", dict) or {},
         "adopted": False,
         "state": TriggerState.MALFORMED,
+        "stateReason": None,
+        "severity": Severity.BAD,
         "malformed": parsed.reason if isinstance(parsed, Malformed) else "record not readable",
         "running": 0,
         "runNowRefused": None,
@@ -420,6 +431,8 @@ NOT_ADOPTED = frozenset(
         TriggerState.PINNED_HERE,
         TriggerState.PINNED_ELSEWHERE,
         TriggerState.MALFORMED,
+        TriggerState.UNKNOWN,
+        TriggerState.DELETED,
     }
 )
 """The states of a record this device holds no entry for: never among the metrics' entries."""

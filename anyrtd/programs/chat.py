@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from anyrtd.client import Dataset, Upsert
+from anyrtd.client import Dataset, ServerError, Upsert
 
 if TYPE_CHECKING:
     from anyrtd.program import ProgramContext
@@ -17,6 +17,18 @@ MESSAGES = "chat_messages"
 
 class InvalidArgs(ValueError):
     """A program's args are missing or of the wrong type; the message says which and how to fix."""
+
+
+class ChatNotFound(InvalidArgs):
+    """The chat a built-in posts to (args.chatId in args.space) does not exist on the server."""
+
+
+def no_such_chat(chat: str, space: str) -> str:
+    """Return what a built-in says when its chat does not exist, in the user's words."""
+    return (
+        f"chat {chat} does not exist in space {space}: set args.chatId to a chat of the "
+        "space, or drop args.chatId to post to its general chat"
+    )
 
 
 def text_arg(args: Mapping[str, Any], key: str, program: str, *, required: bool) -> str | None:
@@ -45,6 +57,15 @@ async def chat_messages(args: Mapping[str, Any], ctx: ProgramContext, program: s
 
 async def post_message(ctx: ProgramContext, where: Dataset, message_id: str, text: str) -> None:
     """Post `text` to the chat as a new message under the agent's name."""
+    try:
+        await _upsert(ctx, where, message_id, text)
+    except ServerError as exc:
+        if exc.status != 404:
+            raise
+        raise ChatNotFound(no_such_chat(where.object_id, where.space)) from None
+
+
+async def _upsert(ctx: ProgramContext, where: Dataset, message_id: str, text: str) -> None:
     await ctx.client.upsert(
         where,
         [

@@ -462,8 +462,13 @@ class Runner:
         elif task.cancelled():
             launch.end(RunStatus.FAILED, "CancelledError", "the program was cancelled")
         elif (exc := task.exception()) is not None:
-            launch.capture.add_line("".join(traceback.format_exception(exc)))
             kind = _error_type(exc)
+            program = launch.program
+            if isinstance(program, Program) and _ours(program):
+                # anyrtd's own programs say what went wrong in their message: one line.
+                launch.capture.add_line(f"{kind}: {one_line(str(exc), kind)}")
+            else:
+                launch.capture.add_line("".join(traceback.format_exception(exc)))
             launch.end(RunStatus.FAILED, kind, one_line(str(exc), kind))
         else:
             result, notes = normalize_result(task.result())
@@ -582,6 +587,14 @@ class Runner:
 
 EX_TEMPFAIL = 75
 """The exit status (sysexits.h) by which a command says the any server could not be reached."""
+
+
+def _ours(program: Program) -> bool:
+    """Tell whether a program is one anyrtd ships (its built-ins, the daemon's `internal:`
+    ones): those say what went wrong in their message, so a failure is one line of output."""
+    return program.source == "builtin" and (
+        program.spec in BUILTINS or program.spec.startswith("internal:")
+    )
 
 
 def _error_type(exc: BaseException) -> str:

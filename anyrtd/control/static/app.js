@@ -547,13 +547,10 @@ async function loadWords() {
         t.name && t.name !== t.id ? el("span", { class: "name" }, t.name) : null]);
       fill(row, "schedule", JSON.stringify([t.spec, t.program]), () => [
         el("code", {}, scheduleText(t)), el("span", { class: "sub" }, t.program || "")]);
-      fill(row, "state", t.state + t.running + (t.malformed || ""), () => {
-        const b = badge(t.state);
-        if (t.malformed) b.title = t.malformed;
-        return b;
-      });
-      fill(row, "next", `${t.nextFire}|${Math.round((t.nextFire ?? 0) - now)}`, () =>
-        t.nextFire === null ? el("span", { class: "muted" }, "—")
+      row.tr.dataset.severity = t.severity;
+      fill(row, "state", `${t.state}|${t.stateReason}|${t.severity}|${t.malformed || ""}`, () => stateBadge(t));
+      fill(row, "next", `${t.nextFire}|${t.severity}|${Math.round((t.nextFire ?? 0) - now)}`, () =>
+        t.nextFire === null || !firesAsShown(t) ? el("span", { class: "muted" }, "—")
           : [when(t.nextFire), el("span", { class: "sub" }, ago(t.nextFire - now))]);
       const missedKey = t.missed ? `${t.missed.count}|${t.missed.cause}` : "";
       fill(row, "last", `${t.lastStatus}|${t.lastRunAt}|${t.consecutiveFailures}|${Math.round(now - (t.lastRunAt ?? now))}|${missedKey}`, () => [
@@ -579,6 +576,9 @@ async function loadWords() {
         row.toggle.dataset.action = action;
         row.toggle.textContent = action;
       }
+      // Enabling a once that already ran does not run it again (the control API refuses
+      // it, 409 consumed): a new `at` does, `anyrtd triggers edit ID --at TIME`.
+      row.toggle.hidden = t.state === STATE.CONSUMED;
       // A run by hand that could only fail here (chat-watch, a program not installed) is
       // not offered; the control API would refuse it (409 cannot_run).
       row.run.hidden = !t.adopted || Boolean(t.runNowRefused);
@@ -596,8 +596,37 @@ async function loadWords() {
     const adopted = d.triggers.filter((t) => t.adopted).length;
     const filtered = shown.length === sorted.length ? "" : `, ${shown.length} shown`;
     $("counts").textContent = `${d.triggers.length} records, ${adopted} held by this device${filtered}`;
-    $("legend").replaceChildren(...STATUSES.flatMap((s) => [el("i", { class: `run-${s}` }), s]),
-      el("i", { class: "late" }), "late start", el("i", { class: "missed" }), "missed");
+    $("legend").replaceChildren(
+      el("span", { class: "legend-part", id: "legend-states", title: "a trigger's state: the same word `anyrtd triggers list` and `why` give it" },
+        "state: ", ...Object.entries(SEVERITY_TEXT).flatMap(([sev, text]) => [el("span", { class: `badge sev-${sev}` }, text), " "])),
+      el("span", { class: "legend-part", id: "legend-runs" },
+        "run status: ", ...STATUSES.flatMap((s) => [el("i", { class: `run-${s}` }), s]),
+        el("i", { class: "late" }), "late start", el("i", { class: "missed" }), "missed"),
+      el("span", { class: "legend-part muted", id: "legend-last" },
+        `last status is the trigger's (${Object.values(W.LastStatus).join(", ")}: error when its last run ended FAILED); run status is each run's (${STATUSES.join(", ")})`));
+  }
+
+  // What each severity of a state means (anyrtd/vocab.py, Severity): the legend's words.
+  const SEVERITY_TEXT = {
+    [W.Severity.OK]: "fires as meant",
+    [W.Severity.BUSY]: "on its way",
+    [W.Severity.QUIET]: "does not fire here, as meant",
+    [W.Severity.WARN]: "needs a look",
+    [W.Severity.BAD]: "cannot fire until fixed",
+  };
+
+  // Whether a trigger's next fire is one (as `triggers list` shows it): a state that cannot
+  // fire until fixed, or does not fire here as meant, has none to show.
+  function firesAsShown(t) {
+    return t.severity !== W.Severity.BAD && t.severity !== W.Severity.QUIET;
+  }
+
+  // A trigger's state cell: the state, the reason in a word, coloured by its severity.
+  function stateBadge(t) {
+    const b = el("span", { class: `badge state sev-${t.severity} s-${t.state}`, "data-severity": t.severity },
+      t.state, t.stateReason ? el("span", { class: "reason" }, ` (${t.stateReason})`) : null);
+    b.title = t.malformed || `${SEVERITY_TEXT[t.severity] || ""}: \`anyrtd triggers why ${t.id}\` says why`;
+    return b;
   }
 
   // ------------------------------------------------------------------ finding things
