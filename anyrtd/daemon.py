@@ -444,7 +444,7 @@ class Daemon:
                 await self.give_way()
             within = Slice()  # an acknowledgement parses the record again: a huge one costs
             for rid, version in writes[at : at + ACK_SLICE]:
-                self.records.acked(rid, version)
+                self.sync_stage.acked(rid, version)
                 self._dirty.add(rid)
                 at += 1
                 if within.over():
@@ -513,9 +513,11 @@ class Daemon:
             pending = await self._drain()
             if pending is not None and pending.error is not None:
                 raise ServerUnavailable(pending.error)
-            await self.client.upsert(
+            before = self.records.version(trigger_id)
+            versions = await self.client.upsert(
                 self.places.triggers, [Upsert(trigger_id, fields, unset=list(unset))]
             )
+        self.sync_stage.written(trigger_id, before, versions.get(trigger_id))
         records, _ = await self.client.query(self.places.triggers, filter={"id": trigger_id})
         for record in records:
             if (rid := self.sync_stage.remember(record)) is not None:

@@ -28,6 +28,7 @@ from anyrtd.client import (
     ServerUnavailable,
 )
 from anyrtd.clock import Slice
+from anyrtd.escape import printable
 from anyrtd.heap import gc_paused, keep_built
 from anyrtd.metrics import Stats
 from anyrtd.mirror import AsyncMirror, Mirror
@@ -100,6 +101,9 @@ class _FullRead:
     left: list[Record]
     """The records not applied yet, last first: each is let go of as it is applied."""
     size: int
+    after_back: bool = False
+    """Read after the server's versions went back: once applied, the cache holds the
+    server's records as they are now (`Sync.went_back`)."""
     unseen: set[str] | None = None
     """The ids the cache held when the first slice came, less those the read showed since:
     only those may be evicted (an id put by a write made since was not there to read)."""
@@ -107,9 +111,9 @@ class _FullRead:
     """The ids to evict, once every record is applied (taken from the end)."""
 
     @classmethod
-    def of(cls, records: list[Record]) -> _FullRead:
+    def of(cls, records: list[Record], after_back: bool = False) -> _FullRead:
         records.reverse()
-        return cls(records, len(records))
+        return cls(records, len(records), after_back)
 
 
 class Sync:
@@ -149,6 +153,15 @@ class Sync:
         """The change feed went back behind the cursor, and has not moved forward since."""
         self._built = 0
         """Changed records applied from the feed since what they built was last kept."""
+        self._covered: int | None = None
+        """The feed's head once the last full read was answered: an entry at or below it
+        may be older than a record that read showed; one above it is newer than any record
+        the cache holds, unless the server's versions went back. None: not known yet."""
+        self._back = False
+        """The server's versions went back, and no full read since has been applied whole."""
+        self._direct: set[str] = set()
+        """The ids put in the cache outside the buffer (`written`) since the last full read
+        was asked for: a read may show those at a lower version without anything wrong."""
         self.fence = fence
         """Notes the claims' tokens and the replication lag (anyrtd/claims.py), when set."""
 
@@ -275,13 +288,17 @@ class Sync:
                 self._feed_missing()
             else:
                 self.cursor = page.seq
+        self._direct.clear()
+        after_back = self._back
         records = await self.client.query_all(
             self.places.triggers, include_deleted=True, page_size=FULL_READ_PAGE
         )
+        if self.cursor is not None and self.feed_available:
+            await self._read_head()
         # A full read not applied to its end yet is superseded: this one shows every record
         # after it (and without a feed, one comes every step, faster than one is applied).
         self._buffer = [item for item in self._buffer if not isinstance(item, _FullRead)]
-        self._buffer.append(_FullRead.of(records))
+        self._buffer.append(_FullRead.of(records, after_back))
         if self.cursor is not None:
             self._mark_cursor()
         self._last_full = now
@@ -294,10 +311,58 @@ class Sync:
     async def read_feed(self, wait: float) -> ChangePage | None:
         """Long-poll the change feed past the cursor, up to `wait` s; None without a feed."""
         assert self.places is not None and self.cursor is not None
+        if self._covered is None and not await self._read_head():
+            return None
         page = await self.client.changes(self.places.space, self.cursor, wait=wait, pace=self.pace)
         if page is None:
             self._feed_missing()
         return page
+
+    async def _read_head(self) -> bool:
+        """Note the feed's head as what the records read so far may be newer than (every
+        write they show is at or below it); return whether there is a feed."""
+        assert self.places is not None
+        page = await self.client.changes(self.places.space, FEED_HEAD, wait=0, pace=self.pace)
+        if page is None:
+            self._feed_missing()
+            return False
+        self._covered = page.seq
+        return True
+
+    def went_back(self, why: str, shown: Iterable[str] = (), *, again: bool = False) -> None:
+        """Note that the server's versions went back (`why` says how it showed): one warning
+        an episode; every record it shows next is taken as it is, and every record is read
+        again at the next step (docs/reliability.md, "When the server's versions go back")."""
+        self.records.went_back(shown)
+        if self._back and not again:
+            return
+        self._back = True
+        self._last_full = None
+        log.warning(
+            "the server's versions went back (%s: a restore from a backup, or a reset): "
+            "taking its records as they are now, with one read of every record; this "
+            "device's writes it has not taken stay queued",
+            why,
+        )
+
+    def acked(self, rid: str, version: int | None) -> None:
+        """Note that the server took one of this device's queued writes to `rid` at
+        `version` (the cache lets the write's overlay go once the server shows it)."""
+        if self.records.acked(rid, version):
+            self.went_back(
+                f"it took a write of {printable(rid)} at version {version}, not above the "
+                "one it had shown before the write"
+            )
+
+    def written(self, rid: str, before: int | None, version: int | None) -> None:
+        """Note this device's write of `rid`, made through at once (the control API): the
+        cache held `before`, the server took it at `version`."""
+        self._direct.add(rid)
+        if version is not None and before and version <= before:
+            self.went_back(
+                f"it took a write of {printable(rid)} at version {version}, not above the "
+                f"{before} it had shown"
+            )
 
     def take(self, page: ChangePage, now: float) -> int:
         """Buffer the page's trigger changes and move the cursor past it; return how many of
@@ -319,12 +384,11 @@ class Sync:
             # read a poll.
             if not self._went_back:
                 self._went_back = True
-                log.warning(
-                    "the change feed is at %d, behind the mirror's cursor %d (another server, "
-                    "or one restored from a backup): following it from there, after one read "
-                    "of every record; noted once until it moves forward",
-                    page.seq,
-                    self.cursor,
+                self._covered = page.seq
+                self.went_back(
+                    f"the change feed is at {page.seq}, behind the mirror's cursor "
+                    f"{self.cursor}; following it from there, noted once until it moves forward",
+                    again=True,
                 )
                 self._last_full = None
         elif page.seq > self.cursor:
@@ -422,6 +486,13 @@ class Sync:
             scan -= 1
             rid = str(record.get("id", ""))
             unseen.discard(rid)
+            if self._behind(rid, record):
+                self.went_back(
+                    f"a read of every record shows {printable(rid)} at version "
+                    f"{record.get('_v')}, behind the {self.records.version(rid)} held",
+                    # what this read showed already is as the server has it now
+                    shown=set(self.records.ids()) - unseen - {rid},
+                )
             if record.get("_deleted"):
                 touched.add(self.forget(rid))
             elif (kept := self.remember(record)) is not None:
@@ -438,15 +509,49 @@ class Sync:
         while gone and (left is None or left > 0):
             touched.add(self.forget(gone.pop()))
             left = None if left is None else left - 1
+        if not records and not gone and self._back:
+            self._settle(read)
         if read.size >= FULL_READ_KEEP and left is not None:
             keep_built()  # what the slice built: a full pass would walk it at every slice
         return left
+
+    def _behind(self, rid: str, record: Mapping[str, Any]) -> bool:
+        """Return whether `record` (read in order) shows `rid` at a lower version than the
+        cache holds from what the server showed before: its versions went back."""
+        v, held = record.get("_v"), self.records.version(rid)
+        return (
+            isinstance(v, int)
+            and not isinstance(v, bool)
+            and held is not None
+            and 0 < v < held
+            and rid not in self._direct
+            and not self.records.is_stale(rid)
+        )
+
+    def _settle(self, read: _FullRead) -> None:
+        """End the episode of versions gone back once a read made after it is applied whole
+        and every record was taken as the server has it now; else read again."""
+        if read.after_back and not self.records.stale:
+            self._back = False
+            log.info("took the server's records as they are now, after its versions went back")
+        elif not any(isinstance(item, _FullRead) and item is not read for item in self._buffer):
+            self._last_full = None
 
     def _apply_change(self, change: Change) -> set[str]:
         if change.op == "delete":
             return {self.forget(change.id)}
         if change.record is not None:
-            kept = self.remember({"id": change.id, **change.record})
+            record = {"id": change.id, **change.record}
+            if (
+                self._covered is not None
+                and change.seq > self._covered
+                and self._behind(change.id, record)
+            ):
+                self.went_back(
+                    f"the change feed shows {printable(change.id)} at version "
+                    f"{record.get('_v')}, behind the {self.records.version(change.id)} held"
+                )
+            kept = self.remember(record)
             return set() if kept is None else {kept}
         return set()
 
