@@ -479,6 +479,8 @@ class Daemon:
             return
         if not self.sync_stage.resolved or not self.sync_stage.feed_available:
             await asyncio.sleep(self.config.tick_s)
+        elif self.sync_stage.feed_backoff_s:  # a misbehaving feed (anyrtd/sync.py)
+            await asyncio.sleep(self.sync_stage.feed_backoff_s)
 
     async def _election_loop(self) -> None:
         await asyncio.sleep(self.gate.poll_interval_s or 60.0)

@@ -13,6 +13,7 @@ import asyncio
 import functools
 import logging
 import os
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -66,6 +67,19 @@ a full pass's walk short."""
 
 FEED_HEAD = 2**53
 """A `since` past any sequence number: the feed answers with its head and no changes."""
+
+FEED_BACKOFF_FIRST_S = 0.5
+FEED_BACKOFF_MAX_S = 10.0
+"""While the change feed misbehaves (answers an older head, repeats entries already read, or
+answers a long poll at once with nothing new), the next poll waits `FEED_BACKOFF_FIRST_S`,
+then twice as long each time up to this; a page that behaves ends it. Without it such a feed
+was asked about 99 times a second (issue 36).
+Chosen: a design back-off, as the outbox's for a 429: the feed's records come late by at
+most this while it misbehaves, and a feed that behaves again is followed within it."""
+
+EARLY_ANSWER = 0.5
+"""A long poll answered with nothing new before this share of its wait is an early answer
+(a sound feed waits until a change or the wait's end)."""
 
 
 TICK_CHANGES = 100
@@ -159,6 +173,10 @@ class Sync:
         the cache holds, unless the server's versions went back. None: not known yet."""
         self._back = False
         """The server's versions went back, and no full read since has been applied whole."""
+        self.feed_backoff_s = 0.0
+        """How long the sync loop waits before the next poll of the feed: 0 while it behaves."""
+        self._early = False
+        """The last poll was answered before `EARLY_ANSWER` of its wait."""
         self._direct: set[str] = set()
         """The ids put in the cache outside the buffer (`written`) since the last full read
         was asked for: a read may show those at a lower version without anything wrong."""
@@ -313,7 +331,9 @@ class Sync:
         assert self.places is not None and self.cursor is not None
         if self._covered is None and not await self._read_head():
             return None
+        asked = time.monotonic()
         page = await self.client.changes(self.places.space, self.cursor, wait=wait, pace=self.pace)
+        self._early = time.monotonic() - asked < EARLY_ANSWER * wait
         if page is None:
             self._feed_missing()
         return page
@@ -373,7 +393,12 @@ class Sync:
         rather than waking one, so that a busy device does not tick for its own echoes.
         """
         assert self.places is not None and self.cursor is not None
-        relevant = [c for c in page.changes if self.places.matches_triggers(c)]
+        behind = page.seq < self.cursor
+        # Entries at or below the cursor were read already, unless the feed went back (another
+        # numbering: every entry is news).
+        fresh = page.changes if behind else [c for c in page.changes if c.seq > self.cursor]
+        self._pace_feed(page, fresh, behind)
+        relevant = [c for c in fresh if self.places.matches_triggers(c)]
         if self.fence is not None:  # the lag as the page arrives, not when a tick applies it
             arrived = (c.record for c in relevant if c.record is not None)
             self.fence.sample_lag(arrived, self.peer_id, now)
@@ -398,6 +423,31 @@ class Sync:
         self._mark_cursor()
         echo = self.records.echo
         return sum(1 for c in relevant if c.op == "delete" or c.record is None or not echo(c.id))
+
+    def _pace_feed(self, page: ChangePage, fresh: list[Change], behind: bool) -> None:
+        """Back off while the feed misbehaves (`FEED_BACKOFF_MAX_S`); noted once an episode."""
+        assert self.cursor is not None
+        if behind:
+            fault = f"its head {page.seq} is behind the cursor {self.cursor}"
+        elif page.changes and not fresh:
+            fault = f"it repeats {len(page.changes)} entries already read"
+        elif not page.changes and page.seq == self.cursor and self._early:
+            fault = "it answers a long poll at once with nothing new"
+        else:
+            if self.feed_backoff_s:
+                log.info("the change feed behaves again: following it without waiting")
+            self.feed_backoff_s = 0.0
+            return
+        if not self.feed_backoff_s:
+            log.warning(
+                "the change feed misbehaves (%s): polling it less often, up to every %g s, "
+                "until it behaves",
+                fault,
+                FEED_BACKOFF_MAX_S,
+            )
+        self.feed_backoff_s = min(
+            FEED_BACKOFF_MAX_S, 2 * self.feed_backoff_s or FEED_BACKOFF_FIRST_S
+        )
 
     def buffer(self, change: Change) -> None:
         """Buffer a change read outside the feed (a record this device just seeded)."""
