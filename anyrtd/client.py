@@ -373,13 +373,14 @@ class ServerClient:
         fault = f"{method} {path} answered {status} with {what}"
         requests = _requests(path)
         was = self._faults.get(requests)
+        noted = any(k == kind for k, _, _ in self._faults.values())
         self._faults[requests] = (kind, was[1] if was else self._now(), fault)
         self._reach_faults()
-        if was is None or was[0] != kind:
+        if not noted:
             log.warning(
                 "the server at %s: %s (first bytes %s): its fault, not a program's; requests "
                 "are tried again later, writes wait in the outbox (logged once until it "
-                "answers soundly, %s)",
+                "answers %s soundly)",
                 self.base_url,
                 fault,
                 head(content),
@@ -389,8 +390,9 @@ class ServerClient:
 
     def _sound(self, path: str) -> None:
         if self._faults.pop(_requests(path), None) is not None:
-            log.info("the server at %s answers soundly again (%s)", self.base_url, _requests(path))
             self._reach_faults()
+            if not self._faults:
+                log.info("the server at %s answers soundly again", self.base_url)
 
     def _reach_faults(self) -> None:
         """Show in `reach` the oldest fault of any kind of request, and the last answer."""
