@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from urllib.parse import quote, urlsplit
 
-from anyrtd.heap import gc_paused
+from anyrtd.heap import gc_paused, give_back
 
 if TYPE_CHECKING:  # a local CLI command imports this module's types, not aiohttp
     import aiohttp
@@ -313,6 +313,7 @@ class ServerClient:
         except TimeoutError as exc:
             raise self._unreached(f"Timeout: no whole answer in {deadline:g} s") from exc
         except _TooLarge as exc:
+            give_back()  # the room the refused answer took (anyrtd/heap.py)
             self.reach.unreachable_since = self.reach.error = None
             what = f"an answer over the {self._max_answer:,}-byte cap"
             raise self._bad("too large", method, path, status, what, exc.head) from None
@@ -719,7 +720,11 @@ async def _read(chunks: AsyncIterator[bytes], cap: int) -> bytes:
     async for chunk in chunks:
         size += len(chunk)
         if size > cap:
-            raise _TooLarge((b"".join(parts) + chunk)[:HEAD_BYTES] if parts else chunk[:HEAD_BYTES])
+            # The head from the first chunks alone: a join of all would be another copy of
+            # the cap's bytes, only to take the first few.
+            head = b"".join([*parts[: HEAD_BYTES + 1], chunk])[:HEAD_BYTES]
+            del parts
+            raise _TooLarge(head)
         parts.append(chunk)
     return b"".join(parts)
 
