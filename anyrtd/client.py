@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from urllib.parse import quote, urlsplit
 
-from anyrtd.heap import gc_paused
+from anyrtd.heap import gc_paused, give_back
 
 if TYPE_CHECKING:  # a local CLI command imports this module's types, not aiohttp
     import aiohttp
@@ -110,6 +110,14 @@ class Pace(Protocol):
 class Unreached(Exception):
     """A transport got no answer; the message says why in a few words
     (`ConnectError: Connection refused`)."""
+
+
+WRITES = ("/upsert", "/modify", "/delete")
+
+
+def _requests(path: str) -> str:
+    """Return the kind of request a path is, as the server's faults are told apart."""
+    return "writes" if path.endswith(WRITES) else "reads"
 
 
 @dataclass
@@ -255,7 +263,9 @@ class ServerClient:
         self._max_answer = max_answer_bytes
         self._transport = transport or AiohttpTransport(self.base_url)
         self._now = now
-        self._fault_kind: str | None = None
+        self._faults: dict[str, tuple[str, float, str]] = {}
+        """The fault of each kind of request (`_requests`: reads, writes) until one of that
+        kind is answered soundly: (its condition, since when, the last such answer)."""
         self.reach = Reach()
         """Whether the server answers (a 5xx is an answer: this is about reaching it at all),
         and whether its answers are sound."""
@@ -303,6 +313,7 @@ class ServerClient:
         except TimeoutError as exc:
             raise self._unreached(f"Timeout: no whole answer in {deadline:g} s") from exc
         except _TooLarge as exc:
+            give_back()  # the room the refused answer took (anyrtd/heap.py)
             self.reach.unreachable_since = self.reach.error = None
             what = f"an answer over the {self._max_answer:,}-byte cap"
             raise self._bad("too large", method, path, status, what, exc.head) from None
@@ -315,7 +326,7 @@ class ServerClient:
                 self._faulty("throttled", method, path, status, "429 Too Many Requests", content)
             raise ServerUnavailable(f"{self.base_url}{path}: {what}", retry_after=retry_after)
         if bodiless and status < 300 and not content.strip():
-            self._sound()
+            self._sound(path)
             return {}
         if pace is not None and len(content) > PACED_BYTES:
             await pace.clear_of()
@@ -328,7 +339,7 @@ class ServerClient:
         except ValueError:  # not JSON, or not UTF-8
             payload = None
         if status >= 400:
-            self._sound()  # an error answer is an answer: the request was the mistake
+            self._sound(path)  # an error answer is an answer: the request was the mistake
             text = content.decode("utf-8", "replace")
             err = payload.get("error") if isinstance(payload, dict) else None
             code = str(err.get("code", "error")) if isinstance(err, dict) else "error"
@@ -337,7 +348,7 @@ class ServerClient:
         if not isinstance(payload, dict):
             what = "a body that is not JSON" if payload is None else "JSON that is not an object"
             raise self._bad("not json", method, path, status, what, content)
-        self._sound()
+        self._sound(path)
         return payload
 
     def _unreached(self, why: str) -> ServerUnavailable:
@@ -356,29 +367,41 @@ class ServerClient:
     def _faulty(
         self, kind: str, method: str, path: str, status: int, what: str, content: bytes
     ) -> str:
-        """Note a fault of the server's answers; log it once a condition (until it answers
-        soundly again, or another condition comes)."""
+        """Note a fault of the server's answers to this kind of request (`_requests`); log it
+        once a condition (until a request of that kind is answered soundly, or another
+        condition comes). A sound answer to a read does not end a fault of the writes: a
+        429 storm of writes alone is a fault while it lasts, not one a second."""
         fault = f"{method} {path} answered {status} with {what}"
-        if self.reach.faulty_since is None:
-            self.reach.faulty_since = self._now()
-        self.reach.fault = fault
-        if kind != self._fault_kind:
-            self._fault_kind = kind
+        requests = _requests(path)
+        was = self._faults.get(requests)
+        noted = any(k == kind for k, _, _ in self._faults.values())
+        self._faults[requests] = (kind, was[1] if was else self._now(), fault)
+        self._reach_faults()
+        if not noted:
             log.warning(
                 "the server at %s: %s (first bytes %s): its fault, not a program's; requests "
                 "are tried again later, writes wait in the outbox (logged once until it "
-                "answers soundly)",
+                "answers %s soundly)",
                 self.base_url,
                 fault,
                 head(content),
+                requests,
             )
         return fault
 
-    def _sound(self) -> None:
-        if self._fault_kind is not None:
-            log.info("the server at %s answers soundly again", self.base_url)
-        self._fault_kind = None
-        self.reach.faulty_since = self.reach.fault = None
+    def _sound(self, path: str) -> None:
+        if self._faults.pop(_requests(path), None) is not None:
+            self._reach_faults()
+            if not self._faults:
+                log.info("the server at %s answers soundly again", self.base_url)
+
+    def _reach_faults(self) -> None:
+        """Show in `reach` the oldest fault of any kind of request, and the last answer."""
+        if not self._faults:
+            self.reach.faulty_since = self.reach.fault = None
+            return
+        self.reach.faulty_since = min(since for _, since, _ in self._faults.values())
+        self.reach.fault = "; ".join(fault for _, _, fault in self._faults.values())
 
     @contextlib.contextmanager
     def _decoding(self, path: str, body: dict[str, Any]) -> Iterator[None]:
@@ -697,7 +720,11 @@ async def _read(chunks: AsyncIterator[bytes], cap: int) -> bytes:
     async for chunk in chunks:
         size += len(chunk)
         if size > cap:
-            raise _TooLarge((b"".join(parts) + chunk)[:HEAD_BYTES] if parts else chunk[:HEAD_BYTES])
+            # The head from the first chunks alone: a join of all would be another copy of
+            # the cap's bytes, only to take the first few.
+            head = b"".join([*parts[: HEAD_BYTES + 1], chunk])[:HEAD_BYTES]
+            del parts
+            raise _TooLarge(head)
         parts.append(chunk)
     return b"".join(parts)
 

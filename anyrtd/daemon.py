@@ -445,7 +445,7 @@ class Daemon:
                 await self.give_way()
             within = Slice()  # an acknowledgement parses the record again: a huge one costs
             for rid, version in writes[at : at + ACK_SLICE]:
-                self.records.acked(rid, version)
+                self.sync_stage.acked(rid, version)
                 self._dirty.add(rid)
                 at += 1
                 if within.over():
@@ -480,6 +480,8 @@ class Daemon:
             return
         if not self.sync_stage.resolved or not self.sync_stage.feed_available:
             await asyncio.sleep(self.config.tick_s)
+        elif self.sync_stage.feed_backoff_s:  # a misbehaving feed (anyrtd/sync.py)
+            await asyncio.sleep(self.sync_stage.feed_backoff_s)
 
     async def _election_loop(self) -> None:
         await asyncio.sleep(self.gate.poll_interval_s or 60.0)
@@ -514,9 +516,11 @@ class Daemon:
             pending = await self._drain()
             if pending is not None and pending.error is not None:
                 raise ServerUnavailable(pending.error)
-            await self.client.upsert(
+            before = self.records.version(trigger_id)
+            versions = await self.client.upsert(
                 self.places.triggers, [Upsert(trigger_id, fields, unset=list(unset))]
             )
+        self.sync_stage.written(trigger_id, before, versions.get(trigger_id))
         records, _ = await self.client.query(self.places.triggers, filter={"id": trigger_id})
         for record in records:
             if (rid := self.sync_stage.remember(record)) is not None:

@@ -10,8 +10,10 @@ out of its passes (`serve.settle_heap`).
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
 import gc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 
 @contextlib.contextmanager
@@ -36,3 +38,27 @@ def keep_built() -> None:
 
 
 __all__ = ["gc_paused", "keep_built"]
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    """Return glibc's `malloc_trim`, or None where the C library has none (musl, macOS)."""
+    try:
+        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    return trim
+
+
+def give_back() -> bool:
+    """Hand the C heap's free memory back to the system; return whether it could be asked.
+
+    After an answer refused at the response cap (up to 16 MB read, then let go of), the
+    allocator keeps the freed room: 5 such answers left the process 22 MB larger until it
+    ended, and this returns it (docs/service.md, "Memory"). A few milliseconds: only called
+    after such an answer."""
+    trim = _malloc_trim()
+    if trim is None:
+        return False
+    trim(0)
+    return True

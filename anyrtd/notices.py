@@ -278,6 +278,11 @@ def message_id(key: str) -> str:
     return "notice-" + hashlib.sha256(key.encode()).hexdigest()[:24]
 
 
+def mark_id(key: str) -> str:
+    """Return the id of a notice's mark (`Places.notices`): the same on every device."""
+    return "noticed-" + hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
 def grace_of(config: Config) -> float:
     """Return the grace an occurrence is judged with: `missed_grace_s`, or the default."""
     return config.missed_grace_s or default_grace(config.tick_s, config.run_timeout_s)
@@ -487,32 +492,36 @@ class Notices:
                 log.info("notice %s: %s (%s)", n.kind, printable(n.text), printable(n.why))
 
     async def _claim(self, n: Notice) -> bool | None:
-        """Write the notice's key on its trigger's record; return False when the record has
-        it already (another device made it), None when the server cannot be asked."""
+        """Create the notice's mark (a record of its own, `Places.notices`); return False when
+        it exists already or the trigger's record has the key (another device made it),
+        None when the server cannot be asked."""
         places = self.parts.places
         if places is None or n.trigger_id is None:
             return None
         client = self.parts.client
         try:
             records, _ = await client.query(places.triggers, filter={"id": n.trigger_id})
-            noticed = records[0].get(NOTICED_FIELD) if records else None
-            marks = dict(noticed) if isinstance(noticed, Mapping) else {}
-            if marks.get(n.kind) == n.key:
-                return False
             if not records and n.thread is None:
                 return False  # deleted meanwhile: nothing to tell of
-            told = n.thread is None or n.thread in self._known
-            if not told and marks.get(NoticeKind.AT_RISK) != n.thread:
-                return False  # no notice started its thread: nothing to follow up
-            if not records:
-                return True  # deleted since its notice before the miss: say so
-            marks[n.kind] = n.key
-            # Conditional: two devices that both think they are active write one mark.
-            version = records[0].get("_v")
-            at = version if isinstance(version, int) else None
-            mark = Upsert(n.trigger_id, {NOTICED_FIELD: marks}, if_version=at)
-            await client.upsert(places.triggers, [mark])
-        except (ServerUnavailable, ServerError) as exc:
+            noticed = records[0].get(NOTICED_FIELD) if records else None
+            old = noticed if isinstance(noticed, Mapping) else {}  # an earlier anyrtd's marks
+            if old.get(n.kind) == n.key:
+                return False
+            if n.thread is not None and n.thread not in self._known:
+                # A follow-up: only where a notice started its thread (its mark says so).
+                started, _ = await client.query(places.notices, filter={"id": mark_id(n.thread)})
+                if not started and old.get(NoticeKind.AT_RISK) != n.thread:
+                    return False  # no notice started its thread: nothing to follow up
+            fields = {"key": n.key, "kind": n.kind, "triggerId": n.trigger_id}
+            # Created only if missing: two devices that both think they are active make one.
+            mark = Upsert(mark_id(n.key), {**fields, "by": self.parts.peer_id}, if_version=0)
+            await client.upsert(places.notices, [mark])
+        except ServerError as exc:
+            if exc.code == "version_conflict":
+                return False
+            log.debug("notice %s waits for the server: %s", printable(n.key), exc)
+            return None
+        except ServerUnavailable as exc:
             log.debug("notice %s waits for the server: %s", printable(n.key), exc)
             return None
         return True

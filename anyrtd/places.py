@@ -12,6 +12,7 @@ BUNDLE = "bao/v1"
 TRIGGERS_SEED = "bao/triggers/v1"
 RUNS_SEED = "bao/runs/v1"
 TRIGGER_TYPE_KEY = "agent_trigger"
+NOTICES_DATASET = "agent_notices"
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,13 @@ class Places:
     type_id: str
     triggers: Dataset
     runs: Dataset
+
+    @property
+    def notices(self) -> Dataset:
+        """The notices' marks, one record per notice made (anyrtd/notices.py), beside the
+        trigger records on their object but in a dataset of their own: a user's write of a
+        trigger record, a whole one included, cannot erase them."""
+        return Dataset(self.space, self.triggers.object_id, f"{self.type_id}_{NOTICES_DATASET}")
 
     def matches_triggers(self, change: Change) -> bool:
         return change.object_id == self.triggers.object_id and change.dataset in (

@@ -54,6 +54,12 @@ class Overlay:
     taken: list[tuple[int, int]] = field(default_factory=list)
     """(writes acknowledged so far, the version the server gave the last of them), in the
     order acknowledged: the server's record at that version or later has those writes."""
+    floor: int = 0
+    """The record's version in the cache when the oldest write not yet acknowledged was
+    laid: the server acknowledges it at a higher one, unless its versions went back."""
+    before_back: int = 0
+    """The writes acknowledged before the server's versions went back (`RecordCache.
+    went_back`): the record the server shows next says what became of them."""
 
     def echoed_by(self, version: int) -> bool:
         """Return whether the record at `version` is the server's record under this overlay
@@ -75,6 +81,24 @@ class Overlay:
             self.fields.pop(key, None)
             self.unset.discard(key)
         self.taken = [(n, v) for n, v in self.taken if n > through]
+
+    def went_back(self) -> None:
+        """Forget the versions the server gave this device's writes so far: its versions
+        went back, and those numbers say nothing of the record it shows from now on."""
+        self.before_back = self.writes - self.outstanding
+        self.acks.clear()
+        self.taken.clear()
+        self.acked_version = self.floor = 0
+
+    def shown_after_back(self) -> None:
+        """Let go of the keys of the writes acknowledged before the server's versions went
+        back, as the first record it shows since is taken: that record says whether they
+        stayed (a reset of the numbers) or went with the rest (a restore from a backup)."""
+        through, self.before_back = self.before_back, 0
+        for key in [k for k, n in self.laid_by.items() if n <= through]:
+            del self.laid_by[key]
+            self.fields.pop(key, None)
+            self.unset.discard(key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +168,10 @@ class RecordCache:
         self._overlay: dict[str, Overlay] = {}
         self._changed: set[str] = set()
         """The ids whose definition was stored, replaced or dropped since `take_changed`."""
+        self._stale: set[str] = set()
+        """The ids whose version was read before the server's versions went back
+        (`went_back`): the next record the server shows of each is taken, whatever its
+        version."""
 
     def __len__(self) -> int:
         return len(self._version)
@@ -187,11 +215,21 @@ class RecordCache:
             return None
         version = record.get("_v")
         v = version if isinstance(version, int) and not isinstance(version, bool) else 0
-        if rid in self._version and self._version[rid] >= v and v:
+        stale = rid in self._stale
+        if not stale and rid in self._version and self._version[rid] >= v and v:
             return None
         overlay = self._overlay.get(rid)
+        if stale:
+            self._stale.discard(rid)
+            if overlay is not None:
+                overlay.shown_after_back()
         parsed = self._parsed.get(rid)  # under an overlay, parsed: `write` read it
-        if overlay is not None and overlay.echoed_by(v) and isinstance(parsed, TriggerDef):
+        if (
+            not stale
+            and overlay is not None
+            and overlay.echoed_by(v)
+            and isinstance(parsed, TriggerDef)
+        ):
             # This device's own writes shown back, on the record it had: the definition is
             # the one already held (the overlay laid over it), at the new version.
             self._version[rid] = v
@@ -299,6 +337,7 @@ class RecordCache:
     def drop(self, rid: str) -> bool:
         """Forget a deleted record; return True if it was known."""
         self._changed.add(rid)
+        self._stale.discard(rid)
         self._overlay.pop(rid, None)
         self._parsed.pop(rid, None)
         self._loaded.pop(rid, None)
@@ -315,6 +354,8 @@ class RecordCache:
         overlay = self._overlay.get(rid)
         if overlay is None:
             overlay = self._overlay[rid] = Overlay(base_version=self._version.get(rid, 0))
+        if not overlay.outstanding:
+            overlay.floor = 0 if rid in self._stale else self._version.get(rid, 0)
         overlay.writes += 1
         for key, value in fields.items():
             overlay.fields[key] = value
@@ -336,20 +377,48 @@ class RecordCache:
             else:
                 self._store(rid, *self._base_record(rid))
 
-    def acked(self, rid: str, version: int | None) -> None:
-        """Note that the server took one of this device's writes to `rid`, at `version`."""
+    def acked(self, rid: str, version: int | None) -> bool:
+        """Note that the server took one of this device's writes to `rid`, at `version`;
+        return whether that version is not above the one the record had when the write was
+        laid: the server's versions went back (then `went_back` has been applied first)."""
         overlay = self._overlay.get(rid)
         if overlay is None:
-            return
+            return False
+        back = version is not None and 0 < version <= overlay.floor
+        if back:
+            self.went_back()
         overlay.outstanding = max(0, overlay.outstanding - 1)
         if version is not None:
             overlay.acked_version = max(overlay.acked_version, version)
             overlay.acks.add(version)
             overlay.taken.append((overlay.writes - overlay.outstanding, version))
-        if overlay.outstanding == 0 and self._version.get(rid, 0) >= overlay.acked_version:
+        if (
+            overlay.outstanding == 0
+            and rid not in self._stale
+            and self._version.get(rid, 0) >= overlay.acked_version
+        ):
             del self._overlay[rid]
             if rid in self._base:
                 self._store(rid, *self._base_record(rid))
+        return back
+
+    def went_back(self, shown: Iterable[str] = ()) -> None:
+        """Take the next record the server shows of each id whatever its version (but those
+        of `shown`, read since its versions went back), and forget the versions it gave
+        this device's writes: its versions went back (docs/reliability.md)."""
+        exempt = set(shown)
+        self._stale = {rid for rid in self._version if rid not in exempt}
+        for overlay in self._overlay.values():
+            overlay.went_back()
+
+    def is_stale(self, rid: str) -> bool:
+        """Return whether the next record shown of `rid` is taken whatever its version."""
+        return rid in self._stale
+
+    @property
+    def stale(self) -> int:
+        """Return how many records were last read before the server's versions went back."""
+        return len(self._stale)
 
     def overlay_until_newer(self, rid: str, fields: Mapping[str, Any]) -> None:
         """Lay `fields` over a record until the server shows a newer version than the cached
@@ -377,6 +446,8 @@ class RecordCache:
                 overlay.writes,
                 dict(overlay.laid_by),
                 list(overlay.taken),
+                overlay.floor,
+                overlay.before_back,
             )
         return RecordMark(self._version.get(rid), kept, self._base.get(rid), self.parsed.get(rid))
 

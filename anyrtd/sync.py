@@ -13,6 +13,7 @@ import asyncio
 import functools
 import logging
 import os
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,7 @@ from anyrtd.client import (
     ServerUnavailable,
 )
 from anyrtd.clock import Slice
+from anyrtd.escape import printable
 from anyrtd.heap import gc_paused, keep_built
 from anyrtd.metrics import Stats
 from anyrtd.mirror import AsyncMirror, Mirror
@@ -66,6 +68,19 @@ a full pass's walk short."""
 FEED_HEAD = 2**53
 """A `since` past any sequence number: the feed answers with its head and no changes."""
 
+FEED_BACKOFF_FIRST_S = 0.5
+FEED_BACKOFF_MAX_S = 10.0
+"""While the change feed misbehaves (answers an older head, repeats entries already read, or
+answers a long poll at once with nothing new), the next poll waits `FEED_BACKOFF_FIRST_S`,
+then twice as long each time up to this; a page that behaves ends it. Without it such a feed
+was asked about 99 times a second (issue 36).
+Chosen: a design back-off, as the outbox's for a 429: the feed's records come late by at
+most this while it misbehaves, and a feed that behaves again is followed within it."""
+
+EARLY_ANSWER = 0.5
+"""A long poll answered with nothing new before this share of its wait is an early answer
+(a sound feed waits until a change or the wait's end)."""
+
 
 TICK_CHANGES = 100
 """The most changes one tick applies, feed changes and a full read's changed records
@@ -100,6 +115,9 @@ class _FullRead:
     left: list[Record]
     """The records not applied yet, last first: each is let go of as it is applied."""
     size: int
+    after_back: bool = False
+    """Read after the server's versions went back: once applied, the cache holds the
+    server's records as they are now (`Sync.went_back`)."""
     unseen: set[str] | None = None
     """The ids the cache held when the first slice came, less those the read showed since:
     only those may be evicted (an id put by a write made since was not there to read)."""
@@ -107,9 +125,9 @@ class _FullRead:
     """The ids to evict, once every record is applied (taken from the end)."""
 
     @classmethod
-    def of(cls, records: list[Record]) -> _FullRead:
+    def of(cls, records: list[Record], after_back: bool = False) -> _FullRead:
         records.reverse()
-        return cls(records, len(records))
+        return cls(records, len(records), after_back)
 
 
 class Sync:
@@ -149,6 +167,19 @@ class Sync:
         """The change feed went back behind the cursor, and has not moved forward since."""
         self._built = 0
         """Changed records applied from the feed since what they built was last kept."""
+        self._covered: int | None = None
+        """The feed's head once the last full read was answered: an entry at or below it
+        may be older than a record that read showed; one above it is newer than any record
+        the cache holds, unless the server's versions went back. None: not known yet."""
+        self._back = False
+        """The server's versions went back, and no full read since has been applied whole."""
+        self.feed_backoff_s = 0.0
+        """How long the sync loop waits before the next poll of the feed: 0 while it behaves."""
+        self._early = False
+        """The last poll was answered before `EARLY_ANSWER` of its wait."""
+        self._direct: set[str] = set()
+        """The ids put in the cache outside the buffer (`written`) since the last full read
+        was asked for: a read may show those at a lower version without anything wrong."""
         self.fence = fence
         """Notes the claims' tokens and the replication lag (anyrtd/claims.py), when set."""
 
@@ -275,13 +306,17 @@ class Sync:
                 self._feed_missing()
             else:
                 self.cursor = page.seq
+        self._direct.clear()
+        after_back = self._back
         records = await self.client.query_all(
             self.places.triggers, include_deleted=True, page_size=FULL_READ_PAGE
         )
+        if self.cursor is not None and self.feed_available:
+            await self._read_head()
         # A full read not applied to its end yet is superseded: this one shows every record
         # after it (and without a feed, one comes every step, faster than one is applied).
         self._buffer = [item for item in self._buffer if not isinstance(item, _FullRead)]
-        self._buffer.append(_FullRead.of(records))
+        self._buffer.append(_FullRead.of(records, after_back))
         if self.cursor is not None:
             self._mark_cursor()
         self._last_full = now
@@ -294,10 +329,60 @@ class Sync:
     async def read_feed(self, wait: float) -> ChangePage | None:
         """Long-poll the change feed past the cursor, up to `wait` s; None without a feed."""
         assert self.places is not None and self.cursor is not None
+        if self._covered is None and not await self._read_head():
+            return None
+        asked = time.monotonic()
         page = await self.client.changes(self.places.space, self.cursor, wait=wait, pace=self.pace)
+        self._early = time.monotonic() - asked < EARLY_ANSWER * wait
         if page is None:
             self._feed_missing()
         return page
+
+    async def _read_head(self) -> bool:
+        """Note the feed's head as what the records read so far may be newer than (every
+        write they show is at or below it); return whether there is a feed."""
+        assert self.places is not None
+        page = await self.client.changes(self.places.space, FEED_HEAD, wait=0, pace=self.pace)
+        if page is None:
+            self._feed_missing()
+            return False
+        self._covered = page.seq
+        return True
+
+    def went_back(self, why: str, shown: Iterable[str] = (), *, again: bool = False) -> None:
+        """Note that the server's versions went back (`why` says how it showed): one warning
+        an episode; every record it shows next is taken as it is, and every record is read
+        again at the next step (docs/reliability.md, "When the server's versions go back")."""
+        self.records.went_back(shown)
+        if self._back and not again:
+            return
+        self._back = True
+        self._last_full = None
+        log.warning(
+            "the server's versions went back (%s: a restore from a backup, or a reset): "
+            "taking its records as they are now, with one read of every record; this "
+            "device's writes it has not taken stay queued",
+            why,
+        )
+
+    def acked(self, rid: str, version: int | None) -> None:
+        """Note that the server took one of this device's queued writes to `rid` at
+        `version` (the cache lets the write's overlay go once the server shows it)."""
+        if self.records.acked(rid, version):
+            self.went_back(
+                f"it took a write of {printable(rid)} at version {version}, not above the "
+                "one it had shown before the write"
+            )
+
+    def written(self, rid: str, before: int | None, version: int | None) -> None:
+        """Note this device's write of `rid`, made through at once (the control API): the
+        cache held `before`, the server took it at `version`."""
+        self._direct.add(rid)
+        if version is not None and before and version <= before:
+            self.went_back(
+                f"it took a write of {printable(rid)} at version {version}, not above the "
+                f"{before} it had shown"
+            )
 
     def take(self, page: ChangePage, now: float) -> int:
         """Buffer the page's trigger changes and move the cursor past it; return how many of
@@ -308,7 +393,12 @@ class Sync:
         rather than waking one, so that a busy device does not tick for its own echoes.
         """
         assert self.places is not None and self.cursor is not None
-        relevant = [c for c in page.changes if self.places.matches_triggers(c)]
+        behind = page.seq < self.cursor
+        # Entries at or below the cursor were read already, unless the feed went back (another
+        # numbering: every entry is news).
+        fresh = page.changes if behind else [c for c in page.changes if c.seq > self.cursor]
+        self._pace_feed(page, fresh, behind)
+        relevant = [c for c in fresh if self.places.matches_triggers(c)]
         if self.fence is not None:  # the lag as the page arrives, not when a tick applies it
             arrived = (c.record for c in relevant if c.record is not None)
             self.fence.sample_lag(arrived, self.peer_id, now)
@@ -319,12 +409,11 @@ class Sync:
             # read a poll.
             if not self._went_back:
                 self._went_back = True
-                log.warning(
-                    "the change feed is at %d, behind the mirror's cursor %d (another server, "
-                    "or one restored from a backup): following it from there, after one read "
-                    "of every record; noted once until it moves forward",
-                    page.seq,
-                    self.cursor,
+                self._covered = page.seq
+                self.went_back(
+                    f"the change feed is at {page.seq}, behind the mirror's cursor "
+                    f"{self.cursor}; following it from there, noted once until it moves forward",
+                    again=True,
                 )
                 self._last_full = None
         elif page.seq > self.cursor:
@@ -334,6 +423,31 @@ class Sync:
         self._mark_cursor()
         echo = self.records.echo
         return sum(1 for c in relevant if c.op == "delete" or c.record is None or not echo(c.id))
+
+    def _pace_feed(self, page: ChangePage, fresh: list[Change], behind: bool) -> None:
+        """Back off while the feed misbehaves (`FEED_BACKOFF_MAX_S`); noted once an episode."""
+        assert self.cursor is not None
+        if behind:
+            fault = f"its head {page.seq} is behind the cursor {self.cursor}"
+        elif page.changes and not fresh:
+            fault = f"it repeats {len(page.changes)} entries already read"
+        elif not page.changes and page.seq == self.cursor and self._early:
+            fault = "it answers a long poll at once with nothing new"
+        else:
+            if self.feed_backoff_s:
+                log.info("the change feed behaves again: following it without waiting")
+            self.feed_backoff_s = 0.0
+            return
+        if not self.feed_backoff_s:
+            log.warning(
+                "the change feed misbehaves (%s): polling it less often, up to every %g s, "
+                "until it behaves",
+                fault,
+                FEED_BACKOFF_MAX_S,
+            )
+        self.feed_backoff_s = min(
+            FEED_BACKOFF_MAX_S, 2 * self.feed_backoff_s or FEED_BACKOFF_FIRST_S
+        )
 
     def buffer(self, change: Change) -> None:
         """Buffer a change read outside the feed (a record this device just seeded)."""
@@ -422,6 +536,13 @@ class Sync:
             scan -= 1
             rid = str(record.get("id", ""))
             unseen.discard(rid)
+            if self._behind(rid, record):
+                self.went_back(
+                    f"a read of every record shows {printable(rid)} at version "
+                    f"{record.get('_v')}, behind the {self.records.version(rid)} held",
+                    # what this read showed already is as the server has it now
+                    shown=set(self.records.ids()) - unseen - {rid},
+                )
             if record.get("_deleted"):
                 touched.add(self.forget(rid))
             elif (kept := self.remember(record)) is not None:
@@ -438,15 +559,49 @@ class Sync:
         while gone and (left is None or left > 0):
             touched.add(self.forget(gone.pop()))
             left = None if left is None else left - 1
+        if not records and not gone and self._back:
+            self._settle(read)
         if read.size >= FULL_READ_KEEP and left is not None:
             keep_built()  # what the slice built: a full pass would walk it at every slice
         return left
+
+    def _behind(self, rid: str, record: Mapping[str, Any]) -> bool:
+        """Return whether `record` (read in order) shows `rid` at a lower version than the
+        cache holds from what the server showed before: its versions went back."""
+        v, held = record.get("_v"), self.records.version(rid)
+        return (
+            isinstance(v, int)
+            and not isinstance(v, bool)
+            and held is not None
+            and 0 < v < held
+            and rid not in self._direct
+            and not self.records.is_stale(rid)
+        )
+
+    def _settle(self, read: _FullRead) -> None:
+        """End the episode of versions gone back once a read made after it is applied whole
+        and every record was taken as the server has it now; else read again."""
+        if read.after_back and not self.records.stale:
+            self._back = False
+            log.info("took the server's records as they are now, after its versions went back")
+        elif not any(isinstance(item, _FullRead) and item is not read for item in self._buffer):
+            self._last_full = None
 
     def _apply_change(self, change: Change) -> set[str]:
         if change.op == "delete":
             return {self.forget(change.id)}
         if change.record is not None:
-            kept = self.remember({"id": change.id, **change.record})
+            record = {"id": change.id, **change.record}
+            if (
+                self._covered is not None
+                and change.seq > self._covered
+                and self._behind(change.id, record)
+            ):
+                self.went_back(
+                    f"the change feed shows {printable(change.id)} at version "
+                    f"{record.get('_v')}, behind the {self.records.version(change.id)} held"
+                )
+            kept = self.remember(record)
             return set() if kept is None else {kept}
         return set()
 

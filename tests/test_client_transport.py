@@ -4,6 +4,8 @@ and the deadline. The wire contract itself is tested against the real devserver 
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -12,6 +14,7 @@ from email.utils import formatdate
 from typing import Any
 
 import pytest
+from aiohttp import web
 from fake_transport import FakeTransport, answer, chunks
 
 from anyrtd.client import (
@@ -229,3 +232,40 @@ async def test_a_prune_answered_without_a_body_is_taken() -> None:
         assert c.reach == Reach()
         with pytest.raises(BadAnswer):  # where an answer is owed, an empty one is not one
             await c.spaces()
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+@pytest.mark.skipif(
+    not hasattr(ctypes.CDLL(None), "malloc_trim"), reason="needs glibc's malloc_trim"
+)
+async def test_answers_refused_at_the_cap_give_their_memory_back() -> None:
+    async def fifty_mb(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await resp.prepare(request)
+        with contextlib.suppress(ConnectionError):
+            for _ in range(50):
+                await resp.write(b"x" * (1 << 20))
+        return resp
+
+    app = web.Application()
+    app.router.add_get("/v1/spaces", fifty_mb)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        async with ServerClient(f"http://127.0.0.1:{runner.addresses[0][1]}") as c:
+            before = _rss_mb()
+            for _ in range(5):  # an answer of 50 MB, read up to the cap (16 MB) each
+                with pytest.raises(BadAnswer, match="cap"):
+                    await c.spaces()
+            grown = _rss_mb() - before
+    finally:
+        await runner.cleanup()
+    assert grown < 12, f"resident memory grew {grown:.1f} MB over five refused answers"

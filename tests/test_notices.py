@@ -17,7 +17,7 @@ import pytest
 from fleet import Fleet, Node
 
 from anyrtd.config import CommandProgram, NoticeSettings
-from anyrtd.notices import NOTICED_FIELD, message_id
+from anyrtd.notices import NOTICED_FIELD, mark_id, message_id
 from anyrtd.vocab import MissCause, NoticeKind
 
 pytestmark = pytest.mark.process  # the notice command is a real process
@@ -90,7 +90,12 @@ async def test_a_silent_owner_makes_one_notice_and_a_role_move_repeats_none(
     said = await chat_notices(fleet)
     assert [m["id"] for m in said] == [message_id(note["key"])]
     assert said[0]["agent"] == "bao" and "Fix: " in said[0]["text"]
-    assert (await fleet.record("beat"))[NOTICED_FIELD] == {NoticeKind.MISSED: note["key"]}
+    assert NOTICED_FIELD not in (await fleet.record("beat"))  # its mark is a record of its own
+    assert a.daemon.places is not None
+    marks, _ = await fleet.user.query(a.daemon.places.notices, filter={"key": note["key"]})
+    assert [(m["id"], m["kind"], m["triggerId"]) for m in marks] == [
+        (mark_id(note["key"]), NoticeKind.MISSED, "beat")
+    ]
 
     for _ in range(3):  # more occurrences missed: the same episode, no new notice
         await fleet.step(10, poll=True)

@@ -18,7 +18,7 @@ from test_notices import chat_notices, delivered, look, node
 from anyrtd import agenda
 from anyrtd.missed import Missed, Occurrence
 from anyrtd.model import TriggerDef, parse_record
-from anyrtd.notices import NOTICED_FIELD, Watching, message_id, risk_key, risk_over
+from anyrtd.notices import NOTICED_FIELD, Watching, mark_id, message_id, risk_key, risk_over
 from anyrtd.vocab import LastStatus, MissCause, NoticeKind, OwnerState
 
 pytestmark = pytest.mark.process  # the notice command is a real process
@@ -65,8 +65,10 @@ async def test_one_notice_before_the_miss_survives_role_moves_and_is_followed_up
     assert note["facts"]["deviceState"] == OwnerState.NOT_RUNNING
     assert "will be missed as things stand" in note["text"] and "(in 9 min)" in note["text"]
     assert note["fix"].startswith("start anyrtd on")
-    marks = (await fleet.record("backup"))[NOTICED_FIELD]
-    assert marks == {NoticeKind.AT_RISK: note["key"]}
+    assert NOTICED_FIELD not in (await fleet.record("backup"))  # its mark is a record
+    assert a.daemon.places is not None
+    marks, _ = await fleet.user.query(a.daemon.places.notices, filter={"triggerId": "backup"})
+    assert [(m["id"], m["kind"]) for m in marks] == [(mark_id(note["key"]), NoticeKind.AT_RISK)]
 
     await fleet.activate(b)  # the role moves to B and back: nothing is said again
     for _ in range(4):

@@ -354,3 +354,33 @@ def test_an_acknowledged_write_shown_back_is_not_parsed_again_unless_another_wri
     cache.acked("t", 4)  # version 3 was another device's write
     cache.put(record(4, lastStatus="ok", runCount=2, name="renamed"))
     assert len(calls) == 1 and defn(cache).name == "renamed"
+
+
+def test_an_acknowledgement_not_above_the_version_written_on_says_the_versions_went_back() -> None:
+    cache = RecordCache()
+    cache.put(record(22, enabled=True))
+    cache.write("t", {"enabled": False})
+    assert cache.acked("t", 7)  # a server restored from a backup took the write at 7
+    assert defn(cache).enabled is False  # not let go of: 22 >= 7 says nothing any more
+    assert cache.is_stale("t") and cache.stale == 1
+    assert cache.put(record(6, enabled=True)) == "t"  # a read from before the write
+    assert defn(cache).enabled is False  # still laid over until the server shows 7
+    assert cache.put(record(7, enabled=False)) == "t"
+    assert defn(cache).enabled is False and cache.version("t") == 7
+    assert cache.pending_owner(["t"]) == set() and not cache.is_stale("t")
+    assert cache.put(record(6, enabled=True)) is None  # versions compare again
+
+
+def test_after_the_versions_go_back_the_next_record_is_taken_and_old_acks_are_let_go() -> None:
+    cache = RecordCache()
+    cache.put(record(22))
+    cache.write("t", {"lastRunAt": 5.0})
+    assert not cache.acked("t", 23)  # the old server took it, then was restored
+    cache.write("t", {"owner": "me"})  # queued, not sent yet
+    cache.went_back()
+    assert cache.put(record(6, owner="")) == "t"
+    assert defn(cache).rollup.last_run_at is None  # gone with the restore: the server says
+    assert defn(cache).owner == "me"  # not taken yet: still laid over
+    assert not cache.acked("t", 7)
+    cache.put(record(7, owner="me"))
+    assert defn(cache).owner == "me" and cache.pending_owner(["t"]) == set()

@@ -43,3 +43,19 @@ def test_a_feed_that_goes_back_again_after_moving_forward_is_noted_again(
     sync.take(ChangePage([], 2), 1003.0)  # restored again
     assert sync.cursor == 2 and sync.full_read_due(1003.0, 300.0)
     assert len([r for r in caplog.records if "behind the mirror's cursor" in r.message]) == 2
+
+
+def test_a_feed_repeating_what_was_read_is_backed_off_until_a_page_moves_forward() -> None:
+    from anyrtd.sync import FEED_BACKOFF_FIRST_S, FEED_BACKOFF_MAX_S
+
+    sync, _ = following(500)
+    sync.take(ChangePage([change(501, "t")], 501), 1000.0)
+    assert sync.feed_backoff_s == 0.0
+    waits = []
+    for poll in range(8):  # the same entry again, at the same head
+        sync.take(ChangePage([change(501, "t")], 501), 1001.0 + poll)
+        waits.append(sync.feed_backoff_s)
+    assert waits[0] == FEED_BACKOFF_FIRST_S and waits[-1] == FEED_BACKOFF_MAX_S
+    assert waits == sorted(waits)
+    sync.take(ChangePage([change(502, "t")], 502), 1010.0)
+    assert sync.feed_backoff_s == 0.0
