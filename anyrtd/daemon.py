@@ -29,6 +29,7 @@ from anyrtd.firing import Firing
 from anyrtd.metrics import Stats
 from anyrtd.mirror import AsyncMirror, Mirror
 from anyrtd.mirror_guard import MirrorFault
+from anyrtd.missed import Skips
 from anyrtd.model import TriggerDef
 from anyrtd.notices import Notices
 from anyrtd.outbox import RETRY_S, RUNS, TRIGGERS, WINDOW_S, DrainResult, DrainWake, drain
@@ -96,6 +97,7 @@ class Daemon:
         # The stages, each built with what it calls (docs/architecture.md).
         self.unit = Unit(self.records, on_outbox=self._outbox_wake.queued)
         self.fence = Fence.of(config)
+        self.skips = Skips()  # noted by the firing, listed by the missed watch
         self.firing = Firing(
             registry=self.registry,
             records=self.records,
@@ -103,6 +105,7 @@ class Daemon:
             runner=self.runner,
             stats=self.stats,
             clock=self.clock,
+            skips=self.skips,
             by_hand=self.runner.by_hand,
         )
         # The batches prepared ahead: a tick, the drain and a large feed page wait for their
