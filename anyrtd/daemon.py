@@ -125,7 +125,9 @@ class Daemon:
             records=self.records,
             unit=self.unit,
             stats=self.stats,
-            confirm_after=config.tick_s if confirm_after is None else confirm_after,
+            # A claim is confirmed once its stamp is seen back (the fence adds a round trip
+            # after a hold without the beat): waiting a tick more made it a tick late.
+            confirm_after=0.0 if confirm_after is None else confirm_after,
             fence=self.fence,
             cancel=self.ahead.cancel,  # a prepared run of a changed trigger
             clock=self.clock,
@@ -442,6 +444,7 @@ class Daemon:
         result = await drain(self.db, self.client, datasets.get, now=self.clock.now, pace=pace)
         writes = result.trigger_writes()  # a drain's rounds can take thousands
         at = 0
+        acked_claim = False
         while at < len(writes):
             if at:
                 await self.give_way()
@@ -449,11 +452,12 @@ class Daemon:
             for rid, version in writes[at : at + ACK_SLICE]:
                 self.records.acked(rid, version)
                 self._dirty.add(rid)
+                acked_claim = acked_claim or rid in self.apply.unconfirmed
                 at += 1
                 if within.over():
                     break
-        if result.lost:
-            self._wake.set()
+        if result.lost or acked_claim:
+            self._wake.set()  # a claim the server took is confirmed at once, not a tick on
         return result
 
     # the loops
