@@ -14,7 +14,9 @@ across replicas"):
   `covers` says up to which term it vouches for everyone's), so a role that moved faster
   than the poll settles within a poll and the replication lag. A device that is gone
   cannot write one: the hold then lasts twice the replication lag measured on the change
-  feed. `takeover_hold_s` bounds the hold.
+  feed. A live device that sent no beat (stopped, or cut off from the server) claims
+  nothing once its lease has run out, so the hold lasts at most that lease, a tick and
+  twice the lag (`Fence.believed_s`); `takeover_hold_s` bounds it too.
 - **The fencing token.** A claim writes, with `owner`, the field `claim` =
   `{"seq", "peer", "at"}`: the claimant's election `seq` (its row's claim on the role).
   When two claims on one record meet, the lower `(seq, peer)` stands on every device:
@@ -384,6 +386,11 @@ class Fence:
             quiet = self.hold_max_s if lag is None else max(self.tick_s, 2 * lag)
             if held >= min(quiet, self.hold_max_s):
                 why = "its device is gone and the feed has been quiet"
+        if why is None and (believed := self.believed_s()) is not None and held >= believed:
+            why = (
+                f"no beat, but no device can still believe it holds the role after "
+                f"{believed:.0f}s (its lease of {self.lease_s:.0f}s, a tick and the lag)"
+            )
         if why is None and held >= self.hold_max_s:
             why = f"no beat within takeover_hold_s ({self.hold_max_s:.0f}s)"
         if why is None:
@@ -393,6 +400,16 @@ class Fence:
         self.shadow_until = now + self.hold_max_s
         self._ended(why, held)
         return True
+
+    def believed_s(self) -> float | None:
+        """Return how long after this device took the role a predecessor that stands
+        down without a beat (stopped, or cut off) may still claim, and its claims take to
+        arrive: its lease (it claims only that long after its last good registry read,
+        which showed it the role before the move), a tick for the claim's write, and twice
+        the measured replication lag. None without a lease (no election polls)."""
+        if self.lease_s is None:
+            return None
+        return self.lease_s + self.tick_s + 2 * (self.lag() or 0.0)
 
     def confirm_after(self, base: float, now: float) -> float:
         """Return how long a claim must stand before it is confirmed: `base`, or a round

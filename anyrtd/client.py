@@ -23,6 +23,7 @@ from collections.abc import (
     Sequence,
 )
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from urllib.parse import quote, urlsplit
@@ -237,6 +238,39 @@ def encode(body: Any) -> bytes:
     return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
 
 
+class Waits:
+    """The requests one caller (a run's program) has in flight to the server: each request
+    made from a task whose context holds it (`WAITS`) is noted from its send to its answer,
+    so that a run stopped while the server holds its request is told from one that ran
+    long on its own (docs/programs.md)."""
+
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._monotonic = monotonic
+        self._open: dict[int, tuple[str, float]] = {}
+        self._next = 0
+
+    def begin(self, what: str) -> int:
+        """Note a request sent; return its token for `end`."""
+        self._next += 1
+        self._open[self._next] = (what, self._monotonic())
+        return self._next
+
+    def end(self, token: int) -> None:
+        """Note a request answered (or given up)."""
+        self._open.pop(token, None)
+
+    def holding(self) -> tuple[str, float] | None:
+        """Return the oldest request still unanswered and how long it has waited, or None."""
+        if not self._open:
+            return None
+        what, since = min(self._open.values(), key=lambda item: item[1])
+        return what, self._monotonic() - since
+
+
+WAITS: ContextVar[Waits | None] = ContextVar("anyrtd_server_waits", default=None)
+"""The `Waits` of the run whose task makes a request (None: a request of the daemon's own)."""
+
+
 class ServerClient:
     """An async client of the any server API.
 
@@ -299,6 +333,8 @@ class ServerClient:
             raise Unsendable(f"{exc.__class__.__name__}: {exc}") from exc
         deadline = self._deadline + long_poll
         status, retry_after, content = 0, None, b""
+        waits = WAITS.get()
+        token = waits.begin(f"{method} {path}") if waits is not None else None
         try:
             async with asyncio.timeout(deadline):
                 exchange = self._transport.exchange(
@@ -317,6 +353,9 @@ class ServerClient:
             self.reach.unreachable_since = self.reach.error = None
             what = f"an answer over the {self._max_answer:,}-byte cap"
             raise self._bad("too large", method, path, status, what, exc.head) from None
+        finally:
+            if waits is not None and token is not None:
+                waits.end(token)
         self.reach.unreachable_since = self.reach.error = None
         if status in TRANSIENT or status >= 500:
             what = f"server answered {status}" + (

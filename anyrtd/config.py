@@ -296,10 +296,14 @@ def _programs(raw: Any) -> dict[str, CommandProgram]:
     return {name: _command(entry, f'config table programs."{name}"') for name, entry in raw.items()}
 
 
+_COMMAND_KEYS = ("argv", "cwd", "env")
+
+
 def _command(entry: Any, where: str) -> CommandProgram:
     """Return a declared command (`argv`, `env`, `cwd`), as the program table declares one."""
     if not isinstance(entry, dict):
         raise ConfigError(f"{where}: expected a table with argv = [...]")
+    _refuse_unknown(entry, _COMMAND_KEYS, where)
     argv = entry.get("argv")
     if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
         raise ConfigError(f'{where}: argv must be a non-empty list of strings, e.g. ["/bin/true"]')
@@ -322,11 +326,7 @@ def _notices(raw: Any) -> NoticeSettings:
     where = "config table notices"
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a table, e.g. [notices] chat = true")
-    unknown = sorted(set(raw) - set(_NOTICE_KEYS))
-    if unknown:
-        raise ConfigError(
-            f"{where}: unknown key {unknown[0]!r}; known keys: {', '.join(sorted(_NOTICE_KEYS))}"
-        )
+    _refuse_unknown(raw, _NOTICE_KEYS, where)
     chat = raw.get("chat", False)
     if not isinstance(chat, bool):
         raise ConfigError(f"{where}: chat must be true or false, got {chat!r}")
@@ -356,6 +356,23 @@ def _notices(raw: Any) -> NoticeSettings:
         at_risk=at_risk,
         at_risk_lead_s=float(lead),
     )
+
+
+def _refuse_unknown(table: Mapping[str, Any], known: tuple[str, ...], where: str) -> None:
+    """Refuse the first key of a table that it does not know, naming TOML's trap when the
+    key is a top-level setting: every `key = value` after a `[table]` header belongs to that
+    table, so a setting written below one is not a top-level setting at all."""
+    unknown = sorted(set(table) - set(known))
+    if not unknown:
+        return
+    key = unknown[0]
+    message = f"{where}: unknown key {key!r}; known keys: {', '.join(sorted(known))}"
+    if key in {f.name for f in fields(Config)}:
+        message += (
+            f"; {key} is a top-level setting, but TOML puts every key written after a "
+            "[table] header into that table: move it above the first table"
+        )
+    raise ConfigError(message)
 
 
 def _whole(raw: Mapping[str, Any], key: str, default: int, low: int) -> int:

@@ -29,6 +29,7 @@ from anyrtd.firing import Firing
 from anyrtd.metrics import Stats
 from anyrtd.mirror import AsyncMirror, Mirror
 from anyrtd.mirror_guard import MirrorFault
+from anyrtd.missed import Skips
 from anyrtd.model import TriggerDef
 from anyrtd.notices import Notices
 from anyrtd.outbox import RETRY_S, RUNS, TRIGGERS, WINDOW_S, DrainResult, DrainWake, drain
@@ -96,6 +97,7 @@ class Daemon:
         # The stages, each built with what it calls (docs/architecture.md).
         self.unit = Unit(self.records, on_outbox=self._outbox_wake.queued)
         self.fence = Fence.of(config)
+        self.skips = Skips()  # noted by the firing, listed by the missed watch
         self.firing = Firing(
             registry=self.registry,
             records=self.records,
@@ -103,6 +105,7 @@ class Daemon:
             runner=self.runner,
             stats=self.stats,
             clock=self.clock,
+            skips=self.skips,
             by_hand=self.runner.by_hand,
         )
         # The batches prepared ahead: a tick, the drain and a large feed page wait for their
@@ -122,7 +125,9 @@ class Daemon:
             records=self.records,
             unit=self.unit,
             stats=self.stats,
-            confirm_after=config.tick_s if confirm_after is None else confirm_after,
+            # A claim is confirmed once its stamp is seen back (the fence adds a round trip
+            # after a hold without the beat): waiting a tick more made it a tick late.
+            confirm_after=0.0 if confirm_after is None else confirm_after,
             fence=self.fence,
             cancel=self.ahead.cancel,  # a prepared run of a changed trigger
             clock=self.clock,
@@ -440,6 +445,7 @@ class Daemon:
         result = await drain(self.db, self.client, datasets.get, now=self.clock.now, pace=pace)
         writes = result.trigger_writes()  # a drain's rounds can take thousands
         at = 0
+        acked_claim = False
         while at < len(writes):
             if at:
                 await self.give_way()
@@ -447,11 +453,12 @@ class Daemon:
             for rid, version in writes[at : at + ACK_SLICE]:
                 self.sync_stage.acked(rid, version)
                 self._dirty.add(rid)
+                acked_claim = acked_claim or rid in self.apply.unconfirmed
                 at += 1
                 if within.over():
                     break
-        if result.lost:
-            self._wake.set()
+        if result.lost or acked_claim:
+            self._wake.set()  # a claim the server took is confirmed at once, not a tick on
         return result
 
     # the loops

@@ -25,7 +25,7 @@ import os
 import time
 from collections.abc import Callable, Coroutine, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from anyrtd import lifecycle
 from anyrtd.chain import Answer, UpstreamRun
@@ -110,6 +110,13 @@ START_JOURNAL_FILE = "anyrtd.starts"
 """The start journal's file, beside the mirror."""
 
 
+class NotesSkips(Protocol):
+    """What takes note of the occurrences skipped after a stall: the missed watch's
+    `Skips` (anyrtd/missed.py), which lists them as missed ones."""
+
+    def note(self, trigger_id: str, due: float, until: float) -> None: ...
+
+
 class StartJournal:
     """The ids of the runs prepared ahead whose programs began to start, one per line.
 
@@ -169,6 +176,7 @@ class Firing:
         runner: Runner,
         stats: Stats,
         clock: Clock,
+        skips: NotesSkips,
         by_hand: Callable[[str], str | None] = lambda _program: None,
     ) -> None:
         self.registry = registry
@@ -177,6 +185,8 @@ class Firing:
         self.runner = runner
         self.stats = stats
         self.clock = clock
+        self.skips = skips
+        """The stretches skipped after a stall, for the missed watch (docs/notices.md)."""
         self.by_hand = by_hand
         """Why a run by hand of a program could only fail here (`Runner.by_hand`), or None."""
         self.in_flight: set[asyncio.Task[None]] = set()
@@ -538,6 +548,7 @@ class Firing:
         if late <= MISSED_AFTER_S:
             return False
         self.stats.missed_skips += 1
+        self.skips.note(entry.id, due, self.clock.now())
         log.info(
             "skipped %s at %s: missed by %.1f s (the daemon was stopped or its machine "
             "paused); a missed occurrence does not fire late",

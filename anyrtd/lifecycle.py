@@ -64,7 +64,7 @@ from anyrtd.registry import Entry
 from anyrtd.rows import EntryRow, RunRow
 from anyrtd.runs import RollupWrite, duration_ms, rollup
 from anyrtd.unit import Writes
-from anyrtd.vocab import Kind, RollupField, RunState, RunStatus
+from anyrtd.vocab import Kind, LastStatus, RollupField, RunState, RunStatus
 
 log = logging.getLogger("anyrtd.lifecycle")
 
@@ -208,13 +208,16 @@ def end(
         before = (defn.rollup.consecutive_failures, defn.rollup.run_count)
     else:
         before = (0, 0)
+    limit = defn.max_consecutive_failures if defn is not None else 0
+    armed = entry is not None and entry.row.enabled
     write = rollup(
         row,
         failures=before[0],
         run_count=before[1],
-        limit=defn.max_consecutive_failures if defn is not None else 0,
-        armed=entry is not None and entry.row.enabled,
+        limit=limit,
+        armed=armed,
         kind=defn.kind if defn is not None else None,
+        tripped_before=_tripped(entry, before[0], limit, defn),
     )
     if entry is not None:
         entry.row.consecutive_failures = write.failures
@@ -225,6 +228,16 @@ def end(
         w.save(entry.row)
     w.write_trigger(row.trigger_id, write.fields)
     return write
+
+
+def _tripped(entry: Entry | None, failures: int, limit: int, defn: TriggerDef | None) -> bool:
+    """Return whether the breaker has already switched off the trigger a run ends on: it is
+    off, and its count reached the limit (only a trip turns an armed trigger off there) or
+    its record says so."""
+    if limit <= 0 or defn is None:
+        return False
+    off = not entry.row.enabled if entry is not None else not defn.enabled
+    return off and (failures >= limit or defn.rollup.last_status == LastStatus.AUTO_DISABLED)
 
 
 def interrupted(row: RunRow, now: float, note_line: str = "") -> RunOutcome:

@@ -7,8 +7,13 @@ never ran or was edited since), more than a grace ago, that no run answers are m
 gets the cause that can be known: the owner device has recorded nothing since before it
 (its daemon is stopped or the device is offline), the owner is pruned or not in the
 devices registry, nobody holds it, this device was down, the trigger was disabled or
-auto-disabled, the previous run was still running (an overlap skip). Nothing here reads
-the clock or does I/O: `now` and every fact come in (docs/notices.md).
+auto-disabled, this daemon skipped it after a stall, the previous run was still running
+(an overlap skip). Nothing here reads the clock or does I/O: `now` and every fact come in
+(docs/notices.md).
+
+A stretch known to have run nothing (a `Gap`: the trigger was switched off, or this
+daemon skipped its occurrences after a stall) is a fact, not a guess: a later run does not
+answer its occurrences, which stay listed for the look-back.
 
 The look-back is bounded (`DEFAULT_LOOKBACK_S`, a day) and so is the count of occurrences
 walked per trigger (`MAX_WALKED`), so a trigger that was off for a year costs as much as
@@ -37,6 +42,8 @@ LISTED = 20
 """The newest missed occurrences listed per trigger (the count covers them all)."""
 SAME_OCCURRENCE_S = 1.0
 """A run's `scheduledAt` this close to an occurrence answers it."""
+MAX_GAPS = 8
+"""The most stretches kept per trigger (of each kind), the newest."""
 
 
 def default_grace(tick_s: float, run_timeout_s: float) -> float:
@@ -67,6 +74,20 @@ class Scene:
 
 
 @dataclass(frozen=True)
+class Gap:
+    """A stretch in which a trigger's occurrences did not run, for a known `cause`: it was
+    switched off (`disabled`, `auto_disabled`) from `start` until `end`, or this daemon
+    skipped the occurrence due at `start` and those after it until `end` (`stall_skip`)."""
+
+    start: float
+    end: float
+    cause: MissCause
+    after: float | None = None
+    """The trigger's last run when the stretch ended: an occurrence before it is not the
+    stretch's (the owner may have run it before it saw the disable)."""
+
+
+@dataclass(frozen=True)
 class Watched:
     """One trigger as this device has watched it."""
 
@@ -79,6 +100,12 @@ class Watched:
     """What it was before it was enabled again (`disabled`, `auto_disabled`), when it was."""
     scheduled: Sequence[float] = ()
     """The `scheduledAt` of its runs that this device knows of."""
+    off_since: float | None = None
+    """Since when this device has seen it switched off, while it is."""
+    gaps: tuple[Gap, ...] = ()
+    """The stretches this device saw it switched off, oldest first (`sight` keeps them)."""
+    skips: tuple[Gap, ...] = ()
+    """The stretches this daemon skipped after a stall (the watch's to fill, from `Skips`)."""
 
 
 @dataclass(frozen=True)
@@ -147,7 +174,37 @@ def first_due(w: Watched) -> float | None:
         return once_at(defn) if defn.rollup.last_run_at is None else None
     since = _since(w)
     anchor = since if isinstance(defn.schedule, EverySchedule) else 0.0
-    return defn.schedule.next_after(since, anchor)
+    firsts = [defn.schedule.next_after(since, anchor)]
+    firsts += [next(iter(_in_gap(defn, g, float("-inf"), g.end, 1)[0]), None) for g in _gaps(w)]
+    return min((t for t in firsts if t is not None), default=None)
+
+
+def _gaps(w: Watched) -> tuple[Gap, ...]:
+    return (*w.gaps, *w.skips)
+
+
+def _in_gap(
+    defn: TriggerDef, g: Gap, bound: float, until: float, most: int
+) -> tuple[list[float], bool]:
+    """Return the occurrences of `defn` in the stretch `g` that are at or past `bound` and
+    before `until`, at most `most` of them, and whether capped."""
+    schedule = defn.schedule
+    # An `every_s` grid: anchored at the last run before the stretch, or at the skipped one.
+    base = g.after if g.after is not None else g.start
+    anchor = base if isinstance(schedule, EverySchedule) else 0.0
+    end = min(g.end, until)
+    times: list[float] = []
+    if g.cause == MissCause.STALL_SKIP and bound <= g.start < end:
+        times.append(g.start)  # the occurrence it skipped, due then
+    t = max(g.start, base, bound - 1e-6)  # the walk takes the occurrences strictly after
+    while len(times) < most:
+        nxt = schedule.next_after(t, anchor)
+        if nxt is None or nxt >= end:
+            return times, False
+        times.append(nxt)
+        t = nxt
+    nxt = schedule.next_after(t, anchor)
+    return times, nxt is not None and nxt < end
 
 
 def _since(w: Watched) -> float:
@@ -179,6 +236,17 @@ def missed_of(w: Watched, scene: Scene, seen: Mapping[str, float]) -> Missed | N
     else:
         since = max(_since(w), bound)
         times, capped = _walk(defn, since, until)
+        gaps = _gaps(w)
+        if gaps:
+            # A stretch's occurrences are its own, whatever ran after them.
+            times = [t for t in times if _gap_of(t, gaps) is None]
+            for g in gaps:
+                more, cut = _in_gap(defn, g, bound, until, MAX_WALKED)
+                times += more
+                capped = capped or cut
+            times = sorted(set(times))
+            if len(times) > MAX_WALKED:
+                times, capped = times[-MAX_WALKED:], True
         episode = (
             f"{defn.id}:after:{last_run!r}"
             if last_run is not None
@@ -210,6 +278,28 @@ def _walk(defn: TriggerDef, since: float, until: float) -> tuple[list[float], bo
     return times, nxt is not None and nxt < until
 
 
+def _gap_of(at: float, gaps: Sequence[Gap]) -> Gap | None:
+    """Return the newest stretch that holds the occurrence `at`, or None."""
+    for g in reversed(gaps):
+        if g.start <= at < g.end and (g.after is None or at > g.after):
+            return g
+    return None
+
+
+def _gap_occurrence(at: float, g: Gap, tid: str) -> Occurrence:
+    if g.cause == MissCause.STALL_SKIP:
+        return Occurrence(
+            at,
+            g.cause,
+            f"this daemon skipped it: it was stopped or its machine paused until "
+            f"{iso(g.end)}, and a missed occurrence does not fire late",
+            f"anyrtd runs list --trigger {tid}",
+            {"skippedAt": g.end},
+        )
+    was = "the breaker had disabled it" if g.cause == MissCause.AUTO_DISABLED else "disabled"
+    return Occurrence(at, g.cause, f"it was {was} until {iso(g.end)}", None, {"enabledAt": g.end})
+
+
 def _answered(at: float, scheduled: Sequence[float]) -> bool:
     i = bisect.bisect_left(scheduled, at - SAME_OCCURRENCE_S)
     return i < len(scheduled) and scheduled[i] <= at + SAME_OCCURRENCE_S
@@ -225,6 +315,8 @@ def _occurrence(at: float, w: Watched, scene: Scene, seen: Mapping[str, float]) 
     defn = w.defn
     tid, owner, rollup = defn.id, defn.owner, defn.rollup
     pin = f"anyrtd triggers pin {tid} PEER"
+    if (g := _gap_of(at, _gaps(w))) is not None:
+        return _gap_occurrence(at, g, tid)
     if w.off is not None and at < w.first_seen:
         was = "the breaker had disabled it" if w.off == MissCause.AUTO_DISABLED else "disabled"
         return Occurrence(
@@ -306,18 +398,57 @@ def sight(before: Watched | None, d: TriggerDef, now: float) -> Watched:
     `enabled` that changed since `before` counts from now, and remembers what it was before
     it was enabled again. (`scheduled` is the reader's to fill.)"""
     if before is None:
-        return Watched(d, now)
+        return Watched(d, now, off_since=None if d.enabled else now)
     old = before.defn
     if old.fingerprint == d.fingerprint and old.enabled == d.enabled:
-        return Watched(d, before.first_seen, before.changed, before.off)
+        return Watched(
+            d,
+            before.first_seen,
+            before.changed,
+            before.off,
+            off_since=before.off_since,
+            gaps=before.gaps,
+        )
     off = None
+    # An edit drops the stretches: the old schedule's occurrences say nothing of the new one.
+    gaps = before.gaps if old.fingerprint == d.fingerprint else ()
+    off_since = None
     if not old.enabled and d.enabled:
         auto = before.off == MissCause.AUTO_DISABLED
         auto = auto or d.rollup.last_status == LastStatus.AUTO_DISABLED
         off = MissCause.AUTO_DISABLED if auto else MissCause.DISABLED
-    elif not d.enabled and d.rollup.last_status == LastStatus.AUTO_DISABLED:
-        off = MissCause.AUTO_DISABLED  # remembered for when it is enabled again
-    return Watched(d, now, True, off)
+        start = before.off_since if before.off_since is not None else before.first_seen
+        gaps = (*gaps, Gap(start, now, off, d.rollup.last_run_at))[-MAX_GAPS:]
+    elif not d.enabled:
+        off_since = before.off_since if not old.enabled and before.off_since else now
+        if d.rollup.last_status == LastStatus.AUTO_DISABLED:
+            off = MissCause.AUTO_DISABLED  # remembered for when it is enabled again
+    return Watched(d, now, True, off, off_since=off_since, gaps=gaps)
+
+
+class Skips:
+    """The stretches this daemon skipped itself after a stall, by trigger id: the firing
+    notes each (`note`), the missed watch reads them (`of`, `take_changed`). Kept in
+    memory, the newest `MAX_GAPS` per trigger."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[str, tuple[Gap, ...]] = {}
+        self._changed: set[str] = set()
+
+    def note(self, trigger_id: str, due: float, until: float) -> None:
+        """Note that the occurrence due at `due`, and those after it until `until`, were skipped."""
+        gap = Gap(due, max(until, due + 1e-3), MissCause.STALL_SKIP)
+        self._by_id[trigger_id] = (*self._by_id.get(trigger_id, ()), gap)[-MAX_GAPS:]
+        self._changed.add(trigger_id)
+
+    def of(self, trigger_id: str) -> tuple[Gap, ...]:
+        """Return the stretches skipped of one trigger, oldest first."""
+        return self._by_id.get(trigger_id, ())
+
+    def take_changed(self) -> set[str]:
+        """Return the triggers with a stretch noted since the last call, and forget them."""
+        changed, self._changed = self._changed, set()
+        return changed
 
 
 class Sightings:
@@ -337,12 +468,15 @@ class Sightings:
 __all__ = [
     "DEFAULT_LOOKBACK_S",
     "LISTED",
+    "MAX_GAPS",
     "MAX_WALKED",
     "MIN_GRACE_S",
+    "Gap",
     "Missed",
     "Occurrence",
     "Scene",
     "Sightings",
+    "Skips",
     "Watched",
     "default_grace",
     "find_missed",

@@ -35,7 +35,7 @@ from anyrtd.clock import Clock, Ticks
 from anyrtd.config import CommandProgram, Config, NoticeSettings
 from anyrtd.election import Gate
 from anyrtd.mirror import AsyncMirror, Mirror
-from anyrtd.missed import SAME_OCCURRENCE_S, Missed, default_grace, iso
+from anyrtd.missed import SAME_OCCURRENCE_S, Missed, Skips, default_grace, iso
 from anyrtd.model import TriggerDef
 from anyrtd.places import Places
 from anyrtd.programs.chat import AGENT_BUNDLE, GENERAL_CHAT_SEED, MESSAGES
@@ -94,8 +94,12 @@ def _missed_notice(m: Missed) -> Notice | None:
         return None
     last, n = loud[0], m.count
     runs = f"{n}{'+' if m.capped else ''} occurrence{'s' if n != 1 else ''}"
+    episode = m.episode
+    if last.cause == MissCause.STALL_SKIP:
+        # A stall is its own episode: a run after it, then a silence, is another one.
+        episode = f"{m.trigger_id}:skipped:{last.facts['skippedAt']!r}"
     return Notice(
-        key=f"{NoticeKind.MISSED}:{m.episode}",
+        key=f"{NoticeKind.MISSED}:{episode}",
         kind=NoticeKind.MISSED,
         trigger_id=m.trigger_id,
         at=last.at,
@@ -104,6 +108,13 @@ def _missed_notice(m: Missed) -> Notice | None:
         fix=last.fix,
         facts={"cause": last.cause, "missed": n, "since": m.since, "owner": m.owner},
     )
+
+
+def skip_notices(missed: Iterable[Missed]) -> list[Notice]:
+    """Return the notices of the occurrences this daemon skipped after a stall, which only
+    it knows of: it makes them itself, active or not, as a write set aside (pure)."""
+    out = [n for m in missed if (n := _missed_notice(m)) is not None]
+    return [n for n in out if n.facts["cause"] == MissCause.STALL_SKIP]
 
 
 def _trigger_notice(d: TriggerDef, bound: float) -> Notice | None:
@@ -303,6 +314,7 @@ class Parts(Protocol):
     records: RecordCache
     timer: Timer
     ticks: Ticks
+    skips: Skips
 
     @property
     def client(self) -> ServerClient: ...
@@ -328,6 +340,7 @@ class Notices:
             polls=parts.gate,
             server=parts.client,
             grace_s=grace_of(config),
+            skips=parts.skips,
             lookback_s=config.missed_lookback_s,
         )
         self._chat: Dataset | None = None
@@ -437,6 +450,8 @@ class Notices:
             made += trigger_notices(
                 found, self.watch.notable, now=now, lookback_s=self.watch.lookback_s
             )
+        else:
+            made += skip_notices(found)
         if self.settings.at_risk:
             await p.timer.clear_of()  # one walk over the definitions: not over a start
             made += self.risk_notices(now, active)
@@ -656,5 +671,6 @@ __all__ = [
     "risk_key",
     "risk_over",
     "run_command",
+    "skip_notices",
     "trigger_notices",
 ]

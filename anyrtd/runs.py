@@ -219,12 +219,22 @@ class RollupWrite:
 
 
 def rollup(
-    row: RunRow, *, failures: int, run_count: int, limit: int, armed: bool, kind: str | None = None
+    row: RunRow,
+    *,
+    failures: int,
+    run_count: int,
+    limit: int,
+    armed: bool,
+    kind: str | None = None,
+    tripped_before: bool = False,
 ) -> RollupWrite:
     """Return the rollup after `row` ended, given the breaker count and run count before it.
 
     The breaker trips when the count reaches `limit` on a trigger that is still `armed`
     (enabled on this device); a trigger the device no longer holds never trips here.
+    Its verdict is made once: a run that ends after the breaker `tripped_before` (one in
+    flight beside the run that tripped it, whichever order they end in) writes its own
+    fields but leaves the count and the `auto_disabled` status as the trip wrote them.
     A `once` takes `lastRunAt` as its consumed state (seeds), written when it fires, before
     its program starts (`firing`), so the rollup of a trigger of `kind` once writes every
     field but that one: a run by hand leaves a pending shot to fire at its `at` (on whichever
@@ -234,6 +244,8 @@ def rollup(
     failing runs by hand must not disable a shot still to fire (docs/control-api.md).
     """
     counted = not (kind == Kind.ONCE and row.scheduled_at is None)
+    if tripped_before:
+        counted = False  # the verdict stands until the trigger is enabled again
     if not counted:
         pass  # a run by hand of a once: its breaker guards the shot, which it does not take
     elif row.status == RunStatus.OK:
@@ -243,7 +255,9 @@ def rollup(
     run_count += 1
     fields: dict[str, Any] = {
         RollupField.LAST_RUN_AT: row.started_at,
-        RollupField.LAST_STATUS: STATUS_OF_RUN[row.status],
+        RollupField.LAST_STATUS: LastStatus.AUTO_DISABLED
+        if tripped_before
+        else STATUS_OF_RUN[row.status],
         RollupField.LAST_DURATION_MS: row.duration_ms,
         RollupField.LAST_FUEL: row.result.get("fuel"),
         RollupField.LAST_COST_USD: row.result.get("costUsd"),

@@ -209,6 +209,8 @@ class MissCause(StrEnum):
     DISABLED = "disabled"
     AUTO_DISABLED = "auto_disabled"
     OVERLAP_SKIP = "overlap_skip"
+    STALL_SKIP = "stall_skip"
+    """This daemon skipped it: it came due while the daemon was stopped or its machine paused."""
     UNKNOWN = "unknown"
 
 

@@ -22,6 +22,7 @@ from anyrtd.missed import (
     DEFAULT_LOOKBACK_S,
     Missed,
     Scene,
+    Skips,
     Watched,
     first_due,
     last_recorded,
@@ -105,9 +106,12 @@ class Watch:
         polls: SeesDevices,
         server: ReadsDevices,
         grace_s: float,
+        skips: Skips,
         lookback_s: float = DEFAULT_LOOKBACK_S,
     ) -> None:
         self.records = records
+        self.skips = skips
+        """The stretches this daemon skipped after a stall: missed occurrences of their own."""
         self.polls = polls
         """The election's gate: the devices as its last poll read them, when recent."""
         self.server = server
@@ -159,7 +163,7 @@ class Watch:
         if self.records.unparsed():
             return list(self.missed.values())  # a start-up spread parses them first
         await self._follow_devices(now)
-        changed = self.records.take_changed()
+        changed = self.records.take_changed() | self.skips.take_changed()
         if self._tracked is None:
             self._tracked = {}
             ids: list[str] = list(self.records.parsed)
@@ -219,7 +223,8 @@ class Watch:
         assert self._tracked is not None
         d = self.records.parsed.get(rid)
         kept = self._tracked.get(rid)
-        if kept is not None and kept[0].defn is d:
+        skips = self.skips.of(rid)
+        if kept is not None and kept[0].defn is d and kept[0].skips == skips:
             return
         self._due.discard(rid)
         self._notable.pop(rid, None)
@@ -228,7 +233,7 @@ class Watch:
         if not isinstance(d, TriggerDef) or rid in STANDING_BUILTINS:
             self._tracked.pop(rid, None)
             return
-        w = sight(kept[0] if kept is not None else None, d, now)
+        w = replace(sight(kept[0] if kept is not None else None, d, now), skips=skips)
         at = first_due(w)
         self._tracked[rid] = (w, at)
         if at is not None:
@@ -260,7 +265,11 @@ class Watch:
         parsed = self.records.parsed.get(trigger_id)
         if kept is None or not isinstance(parsed, TriggerDef):
             return None
-        w = replace(sight(kept[0], parsed, now), scheduled=tuple(scheduled))
+        w = replace(
+            sight(kept[0], parsed, now),
+            scheduled=tuple(scheduled),
+            skips=self.skips.of(trigger_id),
+        )
         seen = self._seen if self._seen is not None else last_recorded(self.definitions(), {})
         return missed_of(w, self.scene(now, peer_id), seen)
 

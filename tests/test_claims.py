@@ -528,3 +528,19 @@ def test_our_claim_of_a_later_term_is_evicted_unfired() -> None:
 
 def test_a_pin_over_a_claim_is_a_repin_whatever_the_tokens() -> None:
     assert plan(once(OTHER), True, mine={"t": Token(3, ME)}) == [Evict("t", "repinned")]
+
+
+def test_a_live_predecessor_without_a_beat_is_waited_for_its_lease_a_tick_and_the_lag() -> None:
+    # A stopped device keeps its registry row, so it is live, but it sends no beat; it
+    # claims nothing once its lease has run out (3 polls of 2 s here).
+    fence = Fence(hold_max_s=60, tick_s=1, lease_s=6)
+    fence.sample_lag(
+        [{"id": "y", "owner": C, CLAIM_FIELD: {"seq": 1, "peer": C, "at": NOW - 0.5}}], B, NOW
+    )
+    assert fence.believed_s() == 8.0  # 6 s of lease, a tick, twice 0.5 s of lag
+    stopped = term(Token(2, B), Token(1, A))
+    fence.follow(True, stopped, NOW)
+    assert fence.follow(True, stopped, NOW + 7.9) is False
+    assert fence.follow(True, stopped, NOW + 8) is True
+    assert fence.may_claim(NOW + 8)
+    assert fence.confirm_after(0.0, NOW + 8) == 3.0  # and its claims then take a round trip

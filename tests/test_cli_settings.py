@@ -123,3 +123,23 @@ def test_a_good_value_still_passes(tmp_path: Path) -> None:
     # No mirror yet: exit 1 with its own message, not a refused setting.
     assert result.returncode == 1
     assert "no mirror at" in result.stderr
+
+
+def test_a_setting_written_below_a_program_table_is_refused_naming_the_trap(
+    tmp_path: Path,
+) -> None:
+    # TOML puts `missed_grace_s` into the program's table: refused, not silently dropped.
+    config = '[programs."mine@v1"]\nargv = ["/bin/true"]\nmissed_grace_s = 90\n'
+    line = refused(
+        run(tmp_path, "serve", config=config),
+        "config table programs.\"mine@v1\": unknown key 'missed_grace_s'",
+        "known keys: argv, cwd, env",
+        "top-level setting",
+        "move it above the first table",
+    )
+    assert "[table] header" in line
+    refused(
+        run(tmp_path, "serve", config='[programs."mine@v1"]\nargv = ["/bin/true"]\nargs = []\n'),
+        "unknown key 'args'; known keys: argv, cwd, env",
+    )
+    assert not (tmp_path / "state").exists()

@@ -203,6 +203,24 @@ async def test_event_failures_count_toward_the_breaker(fleet: Fleet) -> None:
     assert record["lastStatus"] == "auto_disabled" and record["enabled"] is False
 
 
+async def test_concurrent_failures_trip_the_breaker_once(fleet: Fleet) -> None:
+    # Three messages in one feed poll start three runs at once; all fail. Whatever order they
+    # end in, the breaker's verdict is made once: the record says `auto_disabled`, and the
+    # runs that end after the trip neither overwrite it nor count past it.
+    node = await fleet.node(1)
+    await listen(fleet, node, program="test:fail@v1", maxConsecutiveFailures=2)
+    for text in ("one", "two", "three"):
+        await fleet.say(text)
+    await fleet.step(1)
+    await fleet.step(1)
+    assert len(fleet.programs.of("on-chat")) == 3
+    record = await fleet.record("on-chat") or {}
+    assert record["enabled"] is False
+    assert record["lastStatus"] == "auto_disabled"
+    assert record["consecutiveFailures"] == 2
+    assert record["runCount"] == 3
+
+
 async def test_a_message_reaches_its_program_within_a_second(
     devserver_factory: Callable[..., Any], tmp_path: Path
 ) -> None:

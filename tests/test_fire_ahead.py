@@ -24,6 +24,7 @@ from anyrtd.clock import FakeClock, SystemClock
 from anyrtd.firing import START_JOURNAL_FILE, Firing, Prepared, StartJournal
 from anyrtd.metrics import Stats
 from anyrtd.mirror import AsyncMirror, Mirror
+from anyrtd.missed import Skips
 from anyrtd.model import TriggerDef
 from anyrtd.program import RunOutcome
 from anyrtd.records import RecordCache
@@ -108,6 +109,7 @@ class Stage:
             runner=self.runner,  # type: ignore[arg-type]
             stats=Stats(),
             clock=self.clock,
+            skips=Skips(),
         )
         self.timer = Timer(self.registry, self.firing, self.clock, lambda: (PEER, Verdict.ACTIVE))
         self.apply = Apply(

@@ -21,6 +21,7 @@ from anyrtd.control.api import make_app
 from anyrtd.events import ChatMessage
 from anyrtd.firing import Firing, NotDurable
 from anyrtd.metrics import Stats
+from anyrtd.missed import Skips
 from anyrtd.model import TriggerDef
 from anyrtd.program import RunOutcome
 from anyrtd.records import RecordCache
@@ -110,6 +111,7 @@ class Stage:
             runner=self.runner,  # type: ignore[arg-type]
             stats=self.stats,
             clock=self.clock,
+            skips=Skips(),
         )
         self.timer = Timer(self.registry, self.firing, self.clock, lambda: (PEER, Verdict.ACTIVE))
         for record in (ONCE, CRON, EVENT):

@@ -21,6 +21,7 @@ from anyrtd.client import ServerClient
 from anyrtd.clock import SystemClock
 from anyrtd.firing import Firing
 from anyrtd.metrics import Stats
+from anyrtd.missed import Skips
 from anyrtd.records import RecordCache
 from anyrtd.registry import Registry
 from anyrtd.rows import RunRow
@@ -115,6 +116,7 @@ def firing(tmp_path: Path) -> Firing:
         runner=runner,
         stats=Stats(),
         clock=SystemClock(),
+        skips=Skips(),
     )
 
 

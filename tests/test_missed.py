@@ -10,6 +10,7 @@ from anyrtd.missed import (
     MAX_WALKED,
     Scene,
     Sightings,
+    Skips,
     Watched,
     default_grace,
     find_missed,
@@ -282,3 +283,40 @@ def test_nothing_is_missed_before_the_first_due_occurrence_is_a_grace_old() -> N
     assert one(w, scene(now=due + MIN)) is None
     found = one(w, scene(now=due + MIN + 0.5))
     assert found is not None and found.count == 1
+
+
+def test_a_disabled_stretch_stays_missed_as_disabled_after_the_next_run() -> None:
+    every = {"spec": {"every_s": 1}, "owner": ME}
+    seen = Sightings()
+    start = NOW - 600
+    seen.observe([defn(lastRunAt=start - 1, **every)], start - 1)
+    assert seen.observe([defn(enabled=False, lastRunAt=start - 1, **every)], start) == []
+    seen.observe([defn(lastRunAt=start - 1, **every)], start + 7)
+    # It ran again right after the enable: that run answers none of the stretch.
+    [w] = seen.observe([defn(lastRunAt=start + 8, **every)], start + 8)
+    assert first_due(w) is not None and first_due(w) <= start + 1
+    at = scene(now=start + 8 + MIN, up_since=start - 100)
+    found = one(w, at)
+    # Strictly inside the stretch seen: the occurrences at its two ends may have run.
+    assert found is not None and found.count == 6
+    assert {o.cause for o in found.occurrences} == {MissCause.DISABLED}
+    assert [o.at for o in found.occurrences] == [start + k for k in range(6, 0, -1)]
+    assert found.last.facts == {"enabledAt": start + 7}
+    # An edit drops the stretch: the old schedule's occurrences say nothing of the new one.
+    [edited] = seen.observe([defn(lastRunAt=start + 8, spec={"every_s": 2}, owner=ME)], NOW - 1)
+    assert one(edited, at) is None
+
+
+def test_occurrences_skipped_after_a_stall_are_missed_whatever_ran_after() -> None:
+    skips = Skips()
+    due = NOW - 600
+    skips.note("t1", due, due + 130)  # the minute grid at due, due+60 and due+120 skipped
+    assert skips.take_changed() == {"t1"} and skips.take_changed() == set()
+    w = Watched(defn(lastRunAt=NOW - 30, owner=ME), NOW - 7200, skips=skips.of("t1"))
+    found = one(w, scene(up_since=NOW - 3600))
+    assert found is not None and found.count == 3
+    assert [o.at for o in found.occurrences] == [due + 120, due + 60, due]
+    assert {o.cause for o in found.occurrences} == {MissCause.STALL_SKIP}
+    assert found.last.facts == {"skippedAt": due + 130}
+    assert "skipped it" in found.last.text
+    assert first_due(w) == due

@@ -197,6 +197,41 @@ async def test_a_write_set_aside_makes_one_notice_on_its_own_device(
     assert len(await chat_notices(fleet)) == 1
 
 
+async def test_a_stall_skip_makes_one_notice_on_the_device_that_skipped(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    out = tmp_path / "notices"
+    out.mkdir()
+    a = await node(fleet, 1, out)
+    b = await node(fleet, 2, out)  # standby: only it knows what its own daemon skipped
+    await fleet.step(1, poll=True)
+    assert b.daemon.gate.verdict == "standby"
+    await fleet.put("beat", kind="cron", spec={"every_s": 10}, program="test:ok@v1", owner=b.me)
+    for _ in range(2):
+        await fleet.step(10, poll=True)
+    entry = b.daemon.registry.get("beat")
+    assert entry is not None and entry.row.next_fire is not None
+    due = entry.row.next_fire
+    # As the firing finds it after a stop: re-armed past it, the occurrence came 20 s late.
+    b.daemon.registry.arm(entry, due)
+    assert b.daemon.firing.missed(entry, due, 20.0)
+    for _ in range(5):  # it runs on after the stall, a grace passes
+        await fleet.step(10, poll=True)
+        await look(a, b)
+    notes = delivered(out)
+    assert [(n["kind"], n["facts"]["cause"]) for n in notes] == [
+        (NoticeKind.MISSED, MissCause.STALL_SKIP)
+    ], notes
+    assert notes[0]["key"].startswith(f"{NoticeKind.MISSED}:beat:skipped:")
+    assert "skipped it" in notes[0]["why"]
+    answer = await b.daemon.port.missed("beat")
+    assert answer.missed is not None and answer.missed.last.cause == MissCause.STALL_SKIP
+    for _ in range(2):
+        await fleet.step(10, poll=True)
+        await look(a, b)
+    assert len(delivered(out)) == 1 and len(await chat_notices(fleet)) == 1
+
+
 async def test_a_pass_with_nothing_new_asks_the_mirror_nothing(
     fleet: Fleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -75,6 +75,15 @@ def test_a_trigger_no_longer_armed_here_never_trips() -> None:
     assert not write.tripped and "enabled" not in write.fields
 
 
+@pytest.mark.parametrize("status", ["FAILED", "ok", "interrupted"])
+def test_a_run_ending_after_the_trip_leaves_the_verdict_as_it_was(status: str) -> None:
+    write = rollup(row(status), failures=2, run_count=2, limit=2, armed=False, tripped_before=True)
+    assert not write.tripped and "enabled" not in write.fields
+    assert write.fields["lastStatus"] == "auto_disabled"
+    assert write.failures == 2 and write.fields["consecutiveFailures"] == 2
+    assert write.fields["runCount"] == 3 and write.fields["lastRunRef"] == "r1"
+
+
 def test_the_rollup_carries_fuel_cost_and_duration() -> None:
     write = rollup(row("ok", fuel=7, costUsd=0.5), failures=0, run_count=0, limit=3, armed=True)
     assert write.fields["lastFuel"] == 7 and write.fields["lastCostUsd"] == 0.5

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from anyrtd.client import DeviceRow, DevicesView
+from anyrtd.missed import Skips
 from anyrtd.records import Parsed, RecordCache
 from anyrtd.vocab import MissCause
 from anyrtd.watch import DEVICES_EVERY_S, Watch
@@ -43,7 +44,7 @@ class Devices:
 
 def watching(cache: RecordCache, devices: Devices | None = None) -> Watch:
     devices = devices or Devices()
-    return Watch(records=cache, polls=devices, server=devices, grace_s=MIN)
+    return Watch(records=cache, polls=devices, server=devices, grace_s=MIN, skips=Skips())
 
 
 def record(rid: str, version: int = 1, **fields: Any) -> dict[str, Any]:

@@ -232,6 +232,30 @@ async def test_failing_then_auto_disabled_with_the_last_errors(fleet: Fleet, ask
     assert found["fix"] == "anyrtd triggers enable flaky"
 
 
+async def test_concurrent_failures_show_the_breakers_trip(fleet: Fleet, ask: Ask) -> None:
+    # Three runs of one event trigger in flight at once, all failing: the breaker trips at
+    # the second, and the third's end does not turn the trip into a plain disable.
+    a = await fleet.node(1)
+    _, _, chat = await fleet.places()
+    await fleet.put(
+        "loud",
+        owner=a.me,
+        kind="event",
+        spec={"dataset": "chat_messages", "objectId": chat.object_id},
+        program="test:fail@v1",
+        maxConsecutiveFailures=2,
+    )
+    await fleet.step(5)
+    for text in ("one", "two", "three"):
+        await fleet.say(text)
+    await fleet.step(1)
+    await fleet.step(5)
+    assert len(fleet.programs.of("loud")) == 3
+    answer = await ask(a, "loud")
+    assert blocking(answer) == [Cause.AUTO_DISABLED]
+    assert reason(answer, Cause.AUTO_DISABLED)["fix"] == "anyrtd triggers enable loud"
+
+
 async def test_a_consumed_once_names_its_run(fleet: Fleet, ask: Ask) -> None:
     a = await fleet.node(1)
     at = fleet.clock.now() + 10

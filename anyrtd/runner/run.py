@@ -19,7 +19,7 @@ import traceback
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
-from anyrtd.client import ServerClient, ServerUnavailable
+from anyrtd.client import WAITS, ServerClient, ServerUnavailable, Waits
 from anyrtd.clock import Clock, SystemClock
 from anyrtd.config import CommandProgram
 from anyrtd.notify import child_environ
@@ -80,6 +80,7 @@ class Launch:
         "started_at",
         "status",
         "stop",
+        "waits",
     )
 
     def __init__(
@@ -116,6 +117,8 @@ class Launch:
         self.error_type: str | None = None
         self.error: str | None = None
         self.result: dict[str, Any] = {}
+        self.waits = Waits()
+        """The requests its in-process program has in flight to the any server."""
 
     def start(self) -> None:
         """Note that the program starts now: called just before the in-process call, or
@@ -408,8 +411,18 @@ class Runner:
         finally:
             budget.cancel()
 
-    def _stopped(self, why: str, launch: Launch) -> None:
-        if why == "budget":
+    def _stopped(self, why: str, launch: Launch, held: tuple[str, float] | None = None) -> None:
+        if why == "budget" and held is not None and held[1] >= HELD_S:
+            # Held up by the server, whatever the budget: not the program's failure.
+            what, waited = held
+            launch.end(
+                RunStatus.INCOMPLETE,
+                SERVER_UNAVAILABLE,
+                f"ran past the run budget of {launch.budget_s:g} s while the any server held "
+                f"its request ({what}, unanswered for {waited:.1f} s) and was stopped: the "
+                "server's fault, not counted toward the breaker",
+            )
+        elif why == "budget":
             launch.end(
                 RunStatus.INCOMPLETE,
                 "BudgetExceeded",
@@ -437,6 +450,7 @@ class Runner:
         args = _own_copy(launch.args)
 
         async def call() -> Mapping[str, Any] | None:
+            WAITS.set(launch.waits)  # this task's context: the program's requests are noted
             launch.start()
             value = main(args, ctx)
             if not inspect.isawaitable(value):
@@ -450,15 +464,17 @@ class Runner:
 
     async def _run_in_process(self, task: asyncio.Task[Any], launch: Launch) -> None:
         stopped: str | None = None
+        held: tuple[str, float] | None = None
         try:
             await asyncio.wait(_futures(task, launch.stop), return_when=asyncio.FIRST_COMPLETED)
         finally:
             if not task.done():
                 stopped = launch.stop.result() if launch.stop.done() else "cancelled"
+                held = launch.waits.holding()  # before the cancel ends the request
                 task.cancel()
                 await self._settle(task, launch.row)
         if stopped is not None:
-            self._stopped(stopped, launch)
+            self._stopped(stopped, launch, held)
         elif task.cancelled():
             launch.end(RunStatus.FAILED, "CancelledError", "the program was cancelled")
         elif (exc := task.exception()) is not None:
@@ -585,6 +601,9 @@ class Runner:
             launch.end(RunStatus.FAILED, "ExitCode", exit_message(cmd.argv[0], rc), result)
 
 
+HELD_S = 1.0
+"""A request to the any server unanswered this long when a run's budget runs out: the run
+was held up by the server, and its end is not counted toward the breaker."""
 EX_TEMPFAIL = 75
 """The exit status (sysexits.h) by which a command says the any server could not be reached."""
 
