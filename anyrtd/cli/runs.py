@@ -22,7 +22,6 @@ from anyrtd.cli.shared import (
     path_id,
 )
 from anyrtd.config import Config
-from anyrtd.escape import printable
 from anyrtd.vocab import SOURCE_HEADER, HistorySource, RunStatus
 
 if TYPE_CHECKING:
@@ -177,7 +176,7 @@ def follow_run(ctl: ControlClient, run: Mapping[str, Any]) -> None:
         text = str(part["text"])
         if text:
             # Printed as it comes: a line still being written is finished by the next part.
-            click.echo(printable(text, lines=True), nl=False)
+            echo(text, nl=False)
             sys.stdout.flush()
             partial = not text.endswith("\n")
         start = int(part["next"])

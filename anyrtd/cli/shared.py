@@ -179,12 +179,13 @@ def failure(exc: Exception, config: Config) -> str | None:
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON (stable keys).")
 
 
-def echo(text: str = "", *, err: bool = False, raw_prefix: str = "") -> None:
+def echo(text: str = "", *, err: bool = False, raw_prefix: str = "", nl: bool = True) -> None:
     """Print `text` (on stderr with `err`), every control character escaped but its
     newlines and tabs: what the command line prints quotes synced data (ids, names, run
     output), which must not drive the terminal. `raw_prefix` is a control sequence of our
-    own (a colour, a screen clear), written before it as it is."""
-    click.echo(raw_prefix + printable(text, lines=True), err=err)
+    own (a colour, a screen clear), written before it as it is; `nl=False` leaves the line
+    open (a run's output followed as it grows)."""
+    click.echo(raw_prefix + printable(text, lines=True), err=err, nl=nl)
 
 
 class OneLineUsageError(click.UsageError):
