@@ -194,7 +194,8 @@ def run(work: Path, rounds: int) -> Result:
     states: dict[str, int] = {}
     for t in listed if isinstance(listed, list) else []:
         if str(t.get("id", "")).startswith("bad-"):
-            key = str(t.get("state"))
+            reason = t.get("stateReason")  # the marker: `cannot_run (invalid_spec)`
+            key = f"{t.get('state')} ({reason})" if reason else str(t.get("state"))
             states[key] = states.get(key, 0) + 1
     result.at_most("longest /healthz answer (ms)", round(worst * 1000), STALL_LIMIT_MS)
     result.at_most("good fire lag max (ms)", round(max(lags, default=0.0) * 1000), STALL_LIMIT_MS)
