@@ -411,6 +411,14 @@ class Fence:
             return None
         return self.lease_s + self.tick_s + 2 * (self.lag() or 0.0)
 
+    def confirm_wait_s(self) -> float:
+        """Return how long a claim made now waits to be confirmed once the server has
+        acknowledged its stamp, as far as a reader can tell (nothing changes): no wait, or
+        the round trip of `confirm_after` after a hold that ended without a beat."""
+        if self.shadow_until is None:
+            return 0.0
+        return 2 * (self.lag() or 0.0) + 2 * self.tick_s
+
     def confirm_after(self, base: float, now: float) -> float:
         """Return how long a claim must stand before it is confirmed: `base`, or a round
         trip (twice the measured lag and two ticks) after a hold that ended without the

@@ -215,7 +215,7 @@ class DaemonPort:
         return await self.client.devices()
 
     def claiming(self, now: float) -> Claiming:
-        confirm_s = self.loops.config.tick_s
+        confirm_s = self.fence.confirm_wait_s()  # from the server's acknowledgement
         if self.gate.verdict != Verdict.ACTIVE:
             return Claiming(confirm_s=confirm_s)
         fence, waiting = self.fence, self.fence.waiting

@@ -470,13 +470,16 @@ def _definition(facts: WhyFacts, defn: TriggerDef, entry: Entry | None) -> list[
     row = entry.row if entry is not None else None
     if row is not None and row.claimed_at is not None:
         by = row.claimed_at + facts.confirm_s
-        when = f"by about {iso(by)}" if by > facts.now else "on the next tick"
+        when = (
+            f"by about {iso(by)}, a round trip after the server acknowledges its owner stamp"
+            if by > facts.now
+            else "as soon as the server acknowledges its owner stamp (within a second or so)"
+        )
         out.append(
             Reason(
                 Cause.CLAIMING,
-                f"this device claimed it at {iso(row.claimed_at)} and confirms the claim {when} "
-                "(once the server shows its owner stamp): it is armed then, and fires here "
-                "from its next occurrence",
+                f"this device claimed it at {iso(row.claimed_at)} and confirms the claim {when}:"
+                " it is armed then, and fires here from its next occurrence",
                 {"claimedAt": row.claimed_at, "confirmBy": by, "owner": defn.owner},
                 None,
                 blocking=False,
