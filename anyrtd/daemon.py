@@ -488,7 +488,10 @@ class Daemon:
         if not self.sync_stage.resolved or not self.sync_stage.feed_available:
             await asyncio.sleep(self.config.tick_s)
         elif self.sync_stage.feed_backoff_s:  # a misbehaving feed (anyrtd/sync.py)
-            await asyncio.sleep(self.sync_stage.feed_backoff_s)
+            # ... but not past a read of every record wanted at once (versions went back)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.sync_stage.feed_backoff_s):
+                    await self.sync_stage.reread.wait()
 
     async def _election_loop(self) -> None:
         await asyncio.sleep(self.gate.poll_interval_s or 60.0)

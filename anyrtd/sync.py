@@ -175,6 +175,9 @@ class Sync:
         """The server's versions went back, and no full read since has been applied whole."""
         self.feed_backoff_s = 0.0
         """How long the sync loop waits before the next poll of the feed: 0 while it behaves."""
+        self.reread = asyncio.Event()
+        """Set when every record is to be read again at once (the server's versions went
+        back): the sync loop's back-off from a misbehaving feed ends for it."""
         self._early = False
         """The last poll was answered before `EARLY_ANSWER` of its wait."""
         self._direct: set[str] = set()
@@ -307,6 +310,7 @@ class Sync:
             else:
                 self.cursor = page.seq
         self._direct.clear()
+        self.reread.clear()
         after_back = self._back
         records = await self.client.query_all(
             self.places.triggers, include_deleted=True, page_size=FULL_READ_PAGE
@@ -331,8 +335,23 @@ class Sync:
         assert self.places is not None and self.cursor is not None
         if self._covered is None and not await self._read_head():
             return None
+        if self.reread.is_set():
+            return None  # every record is read again first (the server's versions went back)
         asked = time.monotonic()
-        page = await self.client.changes(self.places.space, self.cursor, wait=wait, pace=self.pace)
+        poll = asyncio.ensure_future(
+            self.client.changes(self.places.space, self.cursor, wait=wait, pace=self.pace)
+        )
+        woke = asyncio.ensure_future(self.reread.wait())
+        try:
+            await asyncio.wait((poll, woke), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            woke.cancel()
+            cut = not poll.done()
+            if cut:  # a long poll cut short: every record is to be read again first
+                poll.cancel()
+        if cut:
+            return None
+        page = poll.result()
         self._early = time.monotonic() - asked < EARLY_ANSWER * wait
         if page is None:
             self._feed_missing()
@@ -358,6 +377,8 @@ class Sync:
             return
         self._back = True
         self._last_full = None
+        self._resumed = False  # read at once, not `FIRST_FULL_AFTER_S` after a resume
+        self.reread.set()
         log.warning(
             "the server's versions went back (%s: a restore from a backup, or a reset): "
             "taking its records as they are now, with one read of every record; this "
