@@ -302,9 +302,10 @@ def test_a_restart_settles_a_run_by_the_state_it_finds_it_in(
     stored = dataclasses.replace(entry.row)
     last_fired = {entry.id: DUE}
     w = Writes(records)
-    left = lifecycle.settle_at_open(
-        w, [row], [stored], last_fired, {row.run_id} if journaled else set()
+    how = lifecycle.judge(
+        row, command=False, idempotent=False, journaled=journaled, spawned=False, ended=False
     )
+    left = lifecycle.settle_at_open(w, [row], [stored], last_fired, {row.run_id: how})
     assert (left == [row]) is interrupted
     assert (stored.consumed, stored.enabled, stored.next_fire) == entry_after
     assert sorted((x.dataset, tuple(sorted(x.fields))) for x in w.batch.outbox) == server
