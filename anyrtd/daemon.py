@@ -38,6 +38,7 @@ from anyrtd.records import ACK_SLICE, RecordCache
 from anyrtd.registry import Registry
 from anyrtd.role import Role
 from anyrtd.runner import Runner
+from anyrtd.runner.marks import MARKS_DIR, Marks
 from anyrtd.sync import TICK_CHANGES, Sync
 from anyrtd.timer import CLEAR_STALL_S, Ahead, Timer
 from anyrtd.unit import CommitFailed, Unit, is_disk_full
@@ -75,6 +76,7 @@ class Daemon:
             space=config.space,
             commands=config.programs,
             timeout_s=config.run_timeout_s,
+            marks=Marks(config.mirror_path.parent / MARKS_DIR),
         )
         self.records = RecordCache()
         self.registry = Registry()
@@ -186,6 +188,7 @@ class Daemon:
                 prune_mirror=lambda before: self.db_call(lambda m: m.prune_runs(before)),
                 days=lambda: self.config.decay_days,
             ),
+            idempotent=True,  # a deletion by age: a second run deletes nothing more
         )
 
     # what the stages hold, read through the daemon
@@ -224,8 +227,11 @@ class Daemon:
         self.sync_stage.restore(snap.meta, snap.tombstones)
         await self.sync_stage.load(db)
         self.apply.restore(snap.entries, now, snap.last_fired)
-        await self.firing.close_interrupted(left, now)
+        again = await self.firing.close_interrupted(left, now)
         await self.unit.commit(now)
+        if (marks := self.runner.marks) is not None:
+            marks.sweep(())  # every open run's outcome is in the mirror now
+        self.firing.rerun(again, now)
         log.info(
             "mirror %s opened: %d records, %d entries restored, peer %s",
             self.config.mirror_path,

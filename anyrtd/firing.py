@@ -605,15 +605,26 @@ class Firing:
 
     def _launch(self, row: RunRow, args: dict[str, Any]) -> Launch:
         """Make the run of `row` ready to start with `args` (`Runner.ready`): its start noted
-        by `_started` (with the start journal for a prepared run), a command's process group
-        kept by `_keep_group`."""
-        journal = self.journal if row.state == RunState.PREPARED else None
+        by `_started` (with the start journal for a prepared run of an in-process program,
+        or of any program when commands run without their supervisor), a command's process
+        group kept by `_keep_group`, which notes a command's start once it is spawned."""
+        command = self._is_command(row.program)
+        marked = command and self.runner.marks is not None
+        journal = self.journal if row.state == RunState.PREPARED and not marked else None
         return self.runner.ready(
             row,
             args,
-            on_start=functools.partial(self._started, row, journal),
+            on_start=functools.partial(self._started, row, journal, command),
             on_spawn=functools.partial(self._keep_group, row),
         )
+
+    def _is_command(self, spec: str) -> bool:
+        """Return whether `spec` names a command program here."""
+        try:
+            program = self.runner.resolve(spec)
+        except Exception:  # the runner reports it when the run starts
+            return False
+        return program is not None and program.command is not None
 
     def _take_back_all(self, batch: Prepared) -> None:
         """Put back every entry a fire whose commit failed took, and uncount its runs."""
@@ -657,6 +668,9 @@ class Firing:
             pass
         except MirrorFault:  # `anyrtd serve` stops on it and says why, once: only this run's end
             unrecorded = "; not recorded: the mirror cannot be used (the daemon stops)"
+        else:
+            if (marks := self.runner.marks) is not None and row.process_group is not None:
+                marks.clear(row.run_id)  # its outcome is in the mirror now
         log.log(
             logging.WARNING if outcome.status in BREAKER_STATUSES or unrecorded else logging.INFO,
             "run %s of %s ended %s%s%s",
@@ -668,14 +682,15 @@ class Firing:
             extra={"trigger": row.trigger_id, "run": row.run_id},
         )
 
-    def _started(self, row: RunRow, journal: StartJournal | None, at: float) -> None:
+    def _started(self, row: RunRow, journal: StartJournal | None, command: bool, at: float) -> None:
         """Note the moment a run's program really starts (the runner calls it just before
-        the in-process call, or the command's spawn): for a prepared run its id in the start
-        journal, then its `startedAt`, its note when its batch was noted before it began (a
-        command spawns in its run's task: `note_started`), and its fire lag. Written one by
-        one: an id in the journal is taken for a run that may have started, so none is
-        written before its own start (a batch's ids written at once lost the `once`s of the
-        programs not yet started when a kill came)."""
+        the in-process call, or the command's spawn): for a prepared run of an in-process
+        program its id in the start journal, then its `startedAt`, its note when its batch
+        was noted before it began (an in-process program: a command's note waits for its
+        spawn, `_keep_group`), and its fire lag. Written one by one: an id in the journal is
+        taken for a run that may have started, so none is written before its own start (a
+        batch's ids written at once lost the `once`s of the programs not yet started when a
+        kill came)."""
         if journal is not None:
             try:
                 journal.note(row.run_id)
@@ -687,13 +702,18 @@ class Firing:
                     extra={"trigger": row.trigger_id, "run": row.run_id},
                 )
         lifecycle.started(row, at)
-        if (late := self._note_at_start.pop(row.run_id, None)) is not None:
+        if not command and (late := self._note_at_start.pop(row.run_id, None)) is not None:
             lifecycle.note(self.unit, late[0], row, late[1])
         if row.scheduled_at is not None:
             self.stats.fire_lag.observe(max(0.0, at - row.scheduled_at))
 
     async def _keep_group(self, row: RunRow, pgid: int) -> None:
-        """Keep a command's process group in its run's row, for a restart after a crash."""
+        """Note a command's start once it is spawned (when its batch was noted before it
+        began: nothing durable says a command started before its spawn, so a kill before it
+        finds it prepared and without a start mark, never started), and keep its process
+        group in its run's row, for a restart after a crash."""
+        if (late := self._note_at_start.pop(row.run_id, None)) is not None:
+            lifecycle.note(self.unit, late[0], row, late[1])
         row.process_group = pgid
         row.process_start = process_start(pgid)
         self.unit.save_run(row)
@@ -712,27 +732,91 @@ class Firing:
 
     # ending
 
-    async def close_interrupted(self, rows: Iterable[RunRow], now: float) -> None:
-        """Close the runs a crash left `running` as `interrupted`, first stopping what is
-        left of their commands' process groups (SIGTERM, then SIGKILL after the grace)."""
-        rows = list(rows)
+    async def close_interrupted(
+        self, rows: Iterable[RunRow | tuple[RunRow, lifecycle.Settle]], now: float
+    ) -> list[RunRow]:
+        """Close the runs a crash left open, each as its verdict says (`lifecycle.judge`; a
+        bare row: `CLOSE`), first stopping what is left of their commands' process groups
+        (SIGTERM, then SIGKILL after the grace): a command whose supervisor noted its end
+        with its real status and end time, any other as `interrupted`, its error saying
+        whether it may have run, was not confirmed started or never started. Return the
+        runs to run again (`RERUN`: `rerun`)."""
+        judged = [r if isinstance(r, tuple) else (r, lifecycle.Settle.CLOSE) for r in rows]
+        again = [row for row, how in judged if how == lifecycle.Settle.RERUN]
+        judged = [(row, how) for row, how in judged if how != lifecycle.Settle.RERUN]
+        closing = [row for row, _ in judged]
         # A run whose group was not kept yet, or kept without its start time (the command
         # had exited before it was read), is found by the run id in its environment.
-        unsure = [r.run_id for r in rows if r.process_group is None or r.process_start is None]
+        unsure = [r.run_id for r in closing if r.process_group is None or r.process_start is None]
         unkept = run_groups(unsure) if unsure else {}
         notes = await asyncio.gather(
-            *(self._stop_leftover(row, unkept.get(row.run_id, set())) for row in rows)
+            *(self._stop_leftover(row, unkept.get(row.run_id, set())) for row in closing)
         )
-        for row, note in zip(rows, notes, strict=True):
-            outcome = lifecycle.interrupted(row, now, note)
-            log.warning(
-                "run %s of %s was left running by a crash: closed as interrupted",
-                row.run_id,
-                row.trigger_id,
-                extra={"trigger": row.trigger_id, "run": row.run_id},
-            )
+        marks = self.runner.marks
+        for (row, how), note in zip(judged, notes, strict=True):
+            found = marks.read(row.run_id) if marks is not None else None
+            extra = {"trigger": row.trigger_id, "run": row.run_id}
+            ended = found.ended if found is not None else None
+            if ended is not None and (how == lifecycle.Settle.ENDED or not note):
+                # Its end was noted before anything here stopped it (the group was empty).
+                assert found is not None
+                outcome = lifecycle.ended_by_marks(row, ended, found.started_at)
+                log.warning(
+                    "run %s of %s ended while the daemon was stopped: recorded %s from its "
+                    "supervisor's end mark",
+                    row.run_id,
+                    row.trigger_id,
+                    outcome.status,
+                    extra=extra,
+                )
+            else:
+                error = _CLOSE_ERRORS.get(how, lifecycle.INTERRUPTED_ERROR)
+                outcome = lifecycle.interrupted(row, now, note, error)
+                log.warning(
+                    "run %s of %s was left open by a crash: closed as interrupted (%s)",
+                    row.run_id,
+                    row.trigger_id,
+                    _CLOSE_WHY.get(how, "it may have run"),
+                    extra=extra,
+                )
             entry = self.registry.get(row.trigger_id) if row.trigger_id is not None else None
             self.record_outcome(row, outcome, entry=entry)
+        return again
+
+    def rerun(self, rows: Iterable[RunRow], now: float) -> list[asyncio.Task[None]]:
+        """Run again, with the same run id, the runs a crash left ambiguous whose program
+        declares its effects idempotent by the run id (`lifecycle.Settle.RERUN`): each is
+        `running` in the step's unit of work (a crash before its end runs it again), then
+        started at once. One whose trigger or program is gone is closed as `interrupted`.
+        Return their tasks."""
+        tasks = []
+        for row in rows:
+            tid = row.trigger_id
+            entry = self.registry.get(tid) if tid is not None else None
+            defn = entry.defn if entry is not None else None
+            if defn is None and tid is not None:
+                parsed = self.records.parsed.get(tid)
+                defn = parsed if isinstance(parsed, TriggerDef) else None
+            program = self.runner.resolve(row.program)
+            if defn is None or tid is None or program is None or not program.idempotent:
+                self.record_outcome(
+                    row,
+                    lifecycle.interrupted(row, now, error=lifecycle.UNCONFIRMED_ERROR),
+                    entry=entry,
+                )
+                continue
+            lifecycle.resume(self.unit, row)
+            log.warning(
+                "run %s of %s was left open by a crash: run again with the same run id "
+                "(%s declares its effects idempotent by the run id)",
+                row.run_id,
+                tid,
+                row.program,
+                extra={"trigger": tid, "run": row.run_id},
+            )
+            self.stats.fires += 1
+            tasks.append(self.spawn(tid, self._launch(row, dict(defn.args))))
+        return tasks
 
     async def _stop_leftover(self, row: RunRow, found: set[int]) -> str:
         """Stop the process groups a crash left running for `row` (its kept group when its
@@ -832,6 +916,16 @@ class Prepared:
             registry.last_fired[trigger_id] = at
         return entry
 
+
+_CLOSE_ERRORS = {
+    lifecycle.Settle.UNCONFIRMED: lifecycle.UNCONFIRMED_ERROR,
+    lifecycle.Settle.NEVER: lifecycle.NEVER_STARTED_ERROR,
+}
+_CLOSE_WHY = {
+    lifecycle.Settle.UNCONFIRMED: "its start was not confirmed; it is not run again",
+    lifecycle.Settle.NEVER: "its command was never started",
+    lifecycle.Settle.ENDED: "its end mark was not readable after its group was stopped",
+}
 
 _ENTRY_FIELDS = tuple(f.name for f in dataclasses.fields(EntryRow))
 _row_values = operator.attrgetter(*_ENTRY_FIELDS)

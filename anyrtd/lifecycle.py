@@ -34,18 +34,26 @@ What each transition writes:
 - `end` with the outcome `interrupted` (running → ended `interrupted`, a run a crash left
   in flight): as `end`; no breaker count.
 
-What a restart does with a run found in each state (`settle_at_open`, then the firing
-stage's `close_interrupted`):
+What a restart does with a run found in each state (`judge` tells by the evidence what
+each open run is, `settle_at_open` settles it, then the firing stage closes, records or runs
+again what is left: docs/reliability.md, "What a crash leaves"):
 
 - due (no row): fires it; a `once` late, a cron re-armed from now (a past occurrence is
   missed).
-- prepared, its id not in the start journal and no process of it: it never started, so it
-  is discarded (`discard`: the row deleted, the entry put back; a `once` fires late, a cron
-  at the occurrence if still ahead).
-- prepared with its id in the start journal (or a process of it found), or started: it may
-  have run, so it gets `note`'s writes (a `once` consumed: never run twice), then is
-  closed as `interrupted`.
-- running: closed as `interrupted`, after what is left of its process group is stopped.
+- no evidence its program started (a command: no start mark of its supervisor, no process
+  of it, no process group kept; an in-process program: a prepared run whose id is not in
+  the start journal): it never started. Prepared, it is discarded (`discard`: the row
+  deleted, the entry put back; a `once` fires late, a cron at the occurrence if still
+  ahead); running (a command run by hand or an event's that was never spawned), it is
+  closed as `interrupted`, saying it never started.
+- a command's end noted by its supervisor: it gets `note`'s writes (a `once` consumed),
+  then is closed with its real status and end time (`ended_by_marks`).
+- a command with evidence of its spawn, and no end: it may have run, so it gets `note`'s
+  writes, then is closed as `interrupted` after what is left of its group is stopped.
+- an in-process program that may have started (in the journal, or running): a program that
+  declares its effects idempotent by the run id is run again with the same run id
+  (`RERUN`); any other is closed as `interrupted` (never run twice), its record saying it
+  was interrupted before it could be confirmed started when it was only in the journal.
 - ended: nothing; its record and rollup wait in the outbox until the server takes them.
 """
 
@@ -53,7 +61,8 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from enum import StrEnum
 from typing import Any
 
 from anyrtd.chain import Answer
@@ -62,7 +71,9 @@ from anyrtd.model import TriggerDef
 from anyrtd.program import RunOutcome
 from anyrtd.registry import Entry
 from anyrtd.rows import EntryRow, RunRow
-from anyrtd.runs import RollupWrite, duration_ms, rollup
+from anyrtd.runner.marks import Ended
+from anyrtd.runner.run import EX_TEMPFAIL
+from anyrtd.runs import SERVER_UNAVAILABLE, RollupWrite, duration_ms, rollup
 from anyrtd.unit import Writes
 from anyrtd.vocab import Kind, LastStatus, RollupField, RunState, RunStatus
 
@@ -70,6 +81,67 @@ log = logging.getLogger("anyrtd.lifecycle")
 
 INTERRUPTED_ERROR = "the daemon stopped while the run was in flight"
 """The error an interrupted run's record carries."""
+UNCONFIRMED_ERROR = (
+    "the daemon stopped as the program was starting, before it could be confirmed started: "
+    "it may not have run, and it is not run again (its program does not declare its effects "
+    "idempotent: at most once)"
+)
+"""The error of an in-process run a crash left between its start journal line and its note."""
+NEVER_STARTED_ERROR = (
+    "the daemon stopped before the command was started: it never ran (no start mark of its "
+    "supervisor, no process of it)"
+)
+"""The error of a command run, begun durably, that a crash left unspawned."""
+OUTPUT_LOST = (
+    "anyrtd: the daemon stopped while this run was in flight; its exit status and end time "
+    "are the command's own, noted by its supervisor; its output was not kept\n"
+)
+"""The output of a run closed from its supervisor's end mark."""
+
+
+class Settle(StrEnum):
+    """What a restart does with a run a crash left open, by the evidence (`judge`)."""
+
+    DISCARD = "discard"
+    """Never started, still prepared: deleted, its entry put back (a `once` fires late)."""
+    NEVER = "never"
+    """Never started, but begun durably (by hand, an event's): closed `interrupted`."""
+    ENDED = "ended"
+    """A command whose supervisor noted its end: closed with its real status."""
+    CLOSE = "close"
+    """May have run: closed `interrupted` (a `once` never runs twice)."""
+    UNCONFIRMED = "unconfirmed"
+    """An in-process start not confirmed: closed `interrupted`, saying so."""
+    RERUN = "rerun"
+    """An in-process program idempotent by the run id: run again with the same run id."""
+
+
+def judge(
+    row: RunRow,
+    *,
+    command: bool,
+    idempotent: bool,
+    journaled: bool,
+    spawned: bool,
+    ended: bool,
+) -> Settle:
+    """Return what a restart does with the open run `row` (pure). `command`: its program is
+    a command here; `idempotent`: an in-process program that declares its effects idempotent
+    by the run id, on a trigger that is not an event's; `journaled`: its id is in the start
+    journal; `spawned`: a command's evidence of a spawn (its start mark, a process of it,
+    its process group kept); `ended`: its supervisor's end mark."""
+    if ended:
+        return Settle.ENDED
+    prepared = row.state in (RunState.PREPARED, RunState.STARTED)
+    if command:
+        if spawned or journaled:
+            return Settle.CLOSE
+        return Settle.DISCARD if prepared else Settle.NEVER
+    if row.state == RunState.PREPARED and not (journaled or spawned):
+        return Settle.DISCARD
+    if idempotent:
+        return Settle.RERUN
+    return Settle.UNCONFIRMED if prepared else Settle.CLOSE
 
 
 def new_run_id() -> str:
@@ -156,6 +228,14 @@ def started(row: RunRow, at: float) -> None:
         row.state = RunState.STARTED
 
 
+def resume(w: Writes, row: RunRow) -> None:
+    """started or running → running, at a restart: a run of a program idempotent by the run
+    id that a crash left ambiguous, run again with the same run id. Writes the run row
+    (its entry's writes were `settle_at_open`'s)."""
+    row.state = RunState.RUNNING
+    w.save_run(row)
+
+
 def note(w: Writes, entry: Entry, row: RunRow, due: float) -> None:
     """started → running: the start noted. Writes the run row, the entry's row (a cron
     re-armed, a `once` consumed) and a `once`'s consumption at `due`, the time its batch was
@@ -240,13 +320,15 @@ def _tripped(entry: Entry | None, failures: int, limit: int, defn: TriggerDef | 
     return off and (failures >= limit or defn.rollup.last_status == LastStatus.AUTO_DISABLED)
 
 
-def interrupted(row: RunRow, now: float, note_line: str = "") -> RunOutcome:
+def interrupted(
+    row: RunRow, now: float, note_line: str = "", error: str = INTERRUPTED_ERROR
+) -> RunOutcome:
     """Return the outcome of a run a crash left in flight, for `end` (running → ended
-    `interrupted`); `note_line` is added to its output."""
+    `interrupted`); `note_line` is added to its output, `error` says why."""
     return RunOutcome(
         status=RunStatus.INTERRUPTED,
         error_type=None,
-        error=INTERRUPTED_ERROR,
+        error=error,
         started_at=row.started_at,
         ended_at=max(now, row.started_at),
         duration_ms=duration_ms(row.started_at, now),
@@ -261,29 +343,57 @@ def settle_at_open(
     rows: Iterable[RunRow],
     entries: Iterable[EntryRow],
     last_fired: dict[str, float],
-    begun: set[str],
+    how: Mapping[str, Settle],
 ) -> list[RunRow]:
     """At a restart, before the registry is restored: settle the runs the mirror holds
-    open. A prepared run whose id is not in `begun` (the start journal's ids, and those
-    with a process) never started: discarded. One that may have started, and a started
-    one, gets `note`'s writes on its entry's row (a `once` consumed, its consumption
-    queued), so it never runs twice. Return the runs to close as interrupted (every open
-    run but the discarded ones)."""
+    open, each as `how` says (`judge`, by run id; a run it lacks is closed). A discarded
+    run never started. Any other prepared or started one gets `note`'s writes on its entry's
+    row (a `once` consumed, its consumption queued), so it never runs twice. Return the runs
+    left to close, record or run again (every open run but the discarded ones)."""
     by_id = {e.trigger_id: e for e in entries}
     left = []
     for row in rows:
         tid = row.trigger_id
         entry = by_id.get(tid) if tid is not None else None
-        if row.state == RunState.PREPARED and row.run_id not in begun:
+        verdict = how.get(row.run_id, Settle.CLOSE)
+        if verdict == Settle.DISCARD and row.state == RunState.PREPARED:
             discard(w, row, entry, last_fired)
             continue
-        if row.state in (RunState.PREPARED, RunState.STARTED):
+        if row.state in (RunState.PREPARED, RunState.STARTED) and verdict != Settle.NEVER:
             row.state = RunState.STARTED
             if entry is not None and entry.kind == Kind.ONCE:
                 _consume(w, entry, row.started_at)
                 w.save(entry)
         left.append(row)
     return left
+
+
+def ended_by_marks(row: RunRow, ended: Ended, started_at: float | None) -> RunOutcome:
+    """Return the outcome of a command whose end its supervisor noted while the daemon was
+    away, for `end`: its real status and end time, its start as the supervisor noted it
+    (else as the row has it), and a note that its output was lost."""
+    start = started_at if started_at is not None else row.started_at
+    end_at = max(ended.at, start)
+    status, error_type, error = RunStatus.OK, None, None
+    if ended.status != 0:
+        status, error_type = RunStatus.FAILED, "ExitCode"
+        error = f"command {row.program!r} exited with status {ended.status}"
+        if ended.status > 128:
+            error += f" (or was killed by signal {ended.status - 128})"
+        if ended.status == EX_TEMPFAIL:
+            error_type = SERVER_UNAVAILABLE
+            error += ": the program could not reach the any server"
+    return RunOutcome(
+        status=status,
+        error_type=error_type,
+        error=error,
+        started_at=start,
+        ended_at=end_at,
+        duration_ms=duration_ms(start, end_at),
+        result={},
+        output=_with_line(row.output, OUTPUT_LOST),
+        output_dropped=row.output_dropped,
+    )
 
 
 def discard(w: Writes, row: RunRow, entry: EntryRow | None, last_fired: dict[str, float]) -> None:
@@ -323,15 +433,22 @@ def _with_line(output: str, line: str) -> str:
 
 __all__ = [
     "INTERRUPTED_ERROR",
+    "NEVER_STARTED_ERROR",
+    "OUTPUT_LOST",
+    "UNCONFIRMED_ERROR",
+    "Settle",
     "begin",
     "cancel",
     "consumption",
     "discard",
     "end",
+    "ended_by_marks",
     "interrupted",
+    "judge",
     "new_run_id",
     "note",
     "prepare",
+    "resume",
     "settle_at_open",
     "skip",
     "started",

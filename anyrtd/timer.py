@@ -45,7 +45,7 @@ from anyrtd.registry import Registry
 from anyrtd.rows import EntryRow, RunRow
 from anyrtd.runner.process import run_groups
 from anyrtd.unit import CommitFailed, Unit
-from anyrtd.vocab import Kind, RunState, Verdict
+from anyrtd.vocab import Kind, Verdict
 
 log = logging.getLogger("anyrtd.timer")
 
@@ -497,27 +497,51 @@ class Timer:
         entries: Iterable[EntryRow],
         last_fired: dict[str, float],
         now: float,
-    ) -> list[RunRow]:
+    ) -> list[tuple[RunRow, lifecycle.Settle]]:
         """Settle the runs a crash left open (`lifecycle.settle_at_open`) and commit; return
-        those to close as interrupted. A prepared run whose id is in the start journal, or
-        whose command has a process (its group kept, or a process carrying its run id), may
-        have started in the moment between its start and the note of it: it is closed as
-        interrupted like any started run, so a `once` never runs twice; any other prepared
-        run never started and is discarded.
+        the others with what to do with each (`lifecycle.judge`). What a run's program left
+        is the evidence: a command's marks (its supervisor's start and end,
+        `anyrtd.runner.marks`), a process of it (its group kept, or a process carrying its
+        run id), an in-process program's line in the start journal. A run with no evidence
+        of a start never started: discarded (a `once` fires late); one whose command's end
+        was noted is closed with it; one that may have started is closed as interrupted, so
+        a `once` never runs twice, or run again when its program is idempotent by the run
+        id.
 
         Committed before the record cache is filled from the mirror, which lays the trigger
         writes in the outbox over the records: a `once` that may have started is consumed
         there by then.
         """
-        rows = list(rows)
+        rows, entries = list(rows), list(entries)
         journal = self.firing.open_journal()
-        begun = journal.read() if journal is not None else set()
-        waiting = [r.run_id for r in rows if r.state == RunState.PREPARED]
-        begun |= set(run_groups(waiting)) if waiting else set()
-        begun |= {r.run_id for r in rows if r.process_group is not None}
-        left = lifecycle.settle_at_open(self.unit, rows, entries, last_fired, begun)
+        journaled = journal.read() if journal is not None else set()
+        runner = self.firing.runner
+        marks = runner.marks
+        if marks is not None:
+            marks.open()
+        unkept = [r.run_id for r in rows if r.process_group is None]
+        live = set(run_groups(unkept)) if unkept else set()
+        kinds = {e.trigger_id: e.kind for e in entries}
+        how: dict[str, lifecycle.Settle] = {}
+        for row in rows:
+            program = runner.resolve(row.program)
+            found = marks.read(row.run_id) if marks is not None else None
+            kind = kinds.get(row.trigger_id) if row.trigger_id is not None else None
+            how[row.run_id] = lifecycle.judge(
+                row,
+                command=marks is not None and program is not None and program.command is not None,
+                idempotent=program is not None
+                and program.idempotent
+                and kind in (Kind.CRON, Kind.ONCE),
+                journaled=row.run_id in journaled,
+                spawned=row.process_group is not None
+                or row.run_id in live
+                or (found is not None and found.started_at is not None),
+                ended=found is not None and found.ended is not None,
+            )
+        left = lifecycle.settle_at_open(self.unit, rows, entries, last_fired, how)
         await self.unit.commit(now)
-        return left
+        return [(row, how[row.run_id]) for row in left]
 
 
 __all__ = [

@@ -251,7 +251,13 @@ class Starts(Protocol):
 
 class ReadyByStart:
     """A stand-in runner's `ready` and `go` (`Runner.ready`, `Runner.go`), mixed into one
-    that has its own `start` (`Starts`): a run made ready is started by it when it goes."""
+    that has its own `start` (`Starts`): a run made ready is started by it when it goes.
+    It runs no command under a supervisor (`marks`) and resolves no program."""
+
+    marks = None
+
+    def resolve(self, spec: str) -> None:
+        return None
 
     def ready(
         self,

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from support import ReadyByStart
 
+from anyrtd import lifecycle
 from anyrtd.apply import Apply
 from anyrtd.clock import FakeClock, SystemClock
 from anyrtd.firing import START_JOURNAL_FILE, Firing, Prepared, StartJournal
@@ -320,7 +321,7 @@ async def test_a_late_once_killed_between_its_commit_and_its_start_fires_late_no
     fresh.apply.restore(snap.entries, late + 5, snap.last_fired)
     await fresh.unit.commit(late + 5)
     if began:  # it may have run: interrupted, consumed, and the server told so
-        assert [r.run_id for r in rest] == [row.run_id]
+        assert [(r.run_id, how) for r, how in rest] == [(row.run_id, lifecycle.Settle.UNCONFIRMED)]
         assert fresh.entry("shot").row.consumed
         assert await fresh.sendable() == [("shot", {"enabled": False, "lastRunAt": late})]
         assert await fresh.timer.fire_now(late + 5) == []
@@ -446,9 +447,10 @@ async def test_a_prepared_run_in_the_start_journal_is_closed_as_interrupted_not_
     fresh.records.put(ONCE)
     snap = await stage.db.call(Mirror.snapshot)
     left = await stage.db.call(Mirror.open_runs)
-    [kept] = await fresh.timer.settle_open(left, snap.entries, snap.last_fired, AT + 5)
+    [(kept, how)] = await fresh.timer.settle_open(left, snap.entries, snap.last_fired, AT + 5)
     assert (kept.run_id, kept.state, kept.started_at) == (run_id, RunState.STARTED, AT)
-    await fresh.firing.close_interrupted([kept], AT + 5)
+    assert how == lifecycle.Settle.UNCONFIRMED  # a stand-in program: not idempotent
+    await fresh.firing.close_interrupted([(kept, how)], AT + 5)
     fresh.apply.restore(snap.entries, AT + 5, snap.last_fired)
     await fresh.unit.commit(AT + 5)
     assert stage.sql("SELECT status FROM runs") == [(RunStatus.INTERRUPTED,)]

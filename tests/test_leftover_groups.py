@@ -178,7 +178,7 @@ def pids(tmp_path: Path) -> Iterator[Path]:
     yield path
     for line in path.read_text().split():
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(int(line), signal.SIGKILL)
+            os.killpg(os.getpgid(int(line)), signal.SIGKILL)
 
 
 def open_group(mirror: Path) -> tuple[str, int] | None:
@@ -220,17 +220,19 @@ def test_a_restart_after_kill_9_stops_the_process_group_its_command_left_running
         run_id, pgid = wait_until(
             lambda: open_group(mirror), timeout=30, what="the run's process group in the mirror"
         )
-        # The group is kept at the spawn: the shell may not have run its first line yet.
+        # The group is kept at the spawn: the shell may not have run its first line yet. Its
+        # leader is the run's supervisor, which runs the program in the same group.
         wait_until(
-            lambda: pids.read_text().split() == [str(pgid)] and group_members(pgid) == 2,
+            lambda: len(pids.read_text().split()) == 1 and group_members(pgid) == 3,
             timeout=30,
-            what="the program and its grandchild to run",
+            what="the supervisor, the program and its grandchild to run",
         )
+        assert os.getpgid(int(pids.read_text())) == pgid
         proc, serve.proc = serve.proc, None
         assert proc is not None
         proc.send_signal(signal.SIGKILL)
         assert proc.wait(timeout=30) == -signal.SIGKILL
-        assert group_members(pgid) == 2  # the program and its grandchild outlived the daemon
+        assert group_members(pgid) == 3  # the program and its grandchild outlived the daemon
 
         offset = serve.log.stat().st_size
         serve.start()
@@ -238,7 +240,7 @@ def test_a_restart_after_kill_9_stops_the_process_group_its_command_left_running
         log = serve.log.read_text()[offset:]
         assert (
             f"run {run_id} of linger: its program was still running after the crash "
-            f"(process group {pgid}, 2 process(es)): stopped it" in log
+            f"(process group {pgid}, 3 process(es)): stopped it" in log
         )
         # Before anything fired: the group was stopped while the mirror was opened.
         assert log.index(f"process group {pgid}") < log.index(" opened: ")

@@ -302,9 +302,10 @@ def test_a_restart_settles_a_run_by_the_state_it_finds_it_in(
     stored = dataclasses.replace(entry.row)
     last_fired = {entry.id: DUE}
     w = Writes(records)
-    left = lifecycle.settle_at_open(
-        w, [row], [stored], last_fired, {row.run_id} if journaled else set()
+    how = lifecycle.judge(
+        row, command=False, idempotent=False, journaled=journaled, spawned=False, ended=False
     )
+    left = lifecycle.settle_at_open(w, [row], [stored], last_fired, {row.run_id: how})
     assert (left == [row]) is interrupted
     assert (stored.consumed, stored.enabled, stored.next_fire) == entry_after
     assert sorted((x.dataset, tuple(sorted(x.fields))) for x in w.batch.outbox) == server
@@ -343,3 +344,45 @@ def test_the_state_column_follows_a_run_through_a_real_mirror(tmp_path: Path) ->
     assert mirror.run(row.run_id) == row
     assert [e.consumed for e in mirror.snapshot().entries] == [True]
     mirror.close()
+
+
+# (state, command, idempotent, journaled, spawned, ended) → what a restart does
+JUDGED: list[tuple[str, bool, bool, bool, bool, bool, lifecycle.Settle]] = [
+    (RunState.PREPARED, True, False, False, False, False, lifecycle.Settle.DISCARD),
+    (RunState.RUNNING, True, False, False, False, False, lifecycle.Settle.NEVER),
+    (RunState.PREPARED, True, False, False, True, False, lifecycle.Settle.CLOSE),
+    (RunState.RUNNING, True, False, False, True, True, lifecycle.Settle.ENDED),
+    (RunState.PREPARED, False, True, False, False, False, lifecycle.Settle.DISCARD),
+    (RunState.PREPARED, False, True, True, False, False, lifecycle.Settle.RERUN),
+    (RunState.RUNNING, False, True, False, False, False, lifecycle.Settle.RERUN),
+    (RunState.PREPARED, False, False, True, False, False, lifecycle.Settle.UNCONFIRMED),
+    (RunState.RUNNING, False, False, False, False, False, lifecycle.Settle.CLOSE),
+]
+
+
+@pytest.mark.parametrize(
+    ("state", "command", "idempotent", "journaled", "spawned", "ended", "settle"), JUDGED
+)
+def test_a_restart_judges_an_open_run_by_what_its_program_left(
+    state: str,
+    command: bool,
+    idempotent: bool,
+    journaled: bool,
+    spawned: bool,
+    ended: bool,
+    settle: lifecycle.Settle,
+) -> None:
+    _, entry, records = stage(Kind.ONCE)
+    row = lifecycle.prepare(Writes(records), entry, DUE, DUE, PEER)
+    row.state = state
+    assert (
+        lifecycle.judge(
+            row,
+            command=command,
+            idempotent=idempotent,
+            journaled=journaled,
+            spawned=spawned,
+            ended=ended,
+        )
+        == settle
+    )

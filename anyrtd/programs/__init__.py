@@ -20,6 +20,11 @@ BUILTINS: Mapping[str, ProgramFn] = MappingProxyType(
 )
 """The built-in programs by spec; the runner looks here first."""
 
+IDEMPOTENT: frozenset[str] = frozenset({remind.SPEC, rollup.SPEC})
+"""The built-ins whose effects are idempotent by the run id (each writes its chat message
+under an id derived from the run id, so a second attempt rewrites the same message): a run
+of one that a crash left ambiguous is run again with the same run id (docs/reliability.md)."""
+
 ARG_CHECKS: Mapping[str, Callable[[Mapping[str, Any]], object]] = MappingProxyType(
     {
         remind.SPEC: remind.check_args,
@@ -42,4 +47,4 @@ def args_problem(program: str, args: Mapping[str, Any]) -> str | None:
     return None
 
 
-__all__ = ["ARG_CHECKS", "BUILTINS", "InvalidArgs", "args_problem"]
+__all__ = ["ARG_CHECKS", "BUILTINS", "IDEMPOTENT", "InvalidArgs", "args_problem"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -32,15 +32,24 @@ class Program:
     origin: str
     main: ProgramFn | None = None
     command: CommandProgram | None = None
+    idempotent: bool = False
+    """An in-process program whose effects are idempotent by the run id: a run a crash left
+    ambiguous is run again with the same run id (declared by its registration: a built-in's
+    in `anyrtd.programs.IDEMPOTENT` or `install`, an entry point's by `main.idempotent =
+    True`)."""
 
 
 class ProgramTable:
     """The programs installed here: built-ins, entry points and declared commands, by spec."""
 
     def __init__(
-        self, builtins: Mapping[str, ProgramFn], commands: Mapping[str, CommandProgram]
+        self,
+        builtins: Mapping[str, ProgramFn],
+        commands: Mapping[str, CommandProgram],
+        idempotent: Iterable[str] = (),
     ) -> None:
         self._builtins = dict(builtins)
+        self._idempotent = set(idempotent)
         self._commands = dict(commands)
         self._entry_points: dict[str, importlib.metadata.EntryPoint] | None = None
         self._resolved: dict[str, Program] = {}
@@ -59,7 +68,7 @@ class ProgramTable:
         fn = self._builtins.get(spec)
         if fn is not None:
             origin = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}"
-            found = Program(spec, "builtin", origin, main=fn)
+            found = Program(spec, "builtin", origin, main=fn, idempotent=spec in self._idempotent)
         elif (ep := self._entry_point(spec)) is not None:
             found = self._load_entry_point(spec, ep)
         # A broken entry point does not hide a command the local config declares.
@@ -69,10 +78,13 @@ class ProgramTable:
             self._resolved[spec] = found
         return found
 
-    def install(self, spec: str, main: ProgramFn) -> None:
-        """Add an in-process built-in unless one exists under `spec`."""
+    def install(self, spec: str, main: ProgramFn, *, idempotent: bool = False) -> None:
+        """Add an in-process built-in unless one exists under `spec` (`idempotent`: its
+        effects are idempotent by the run id)."""
         if spec not in self._builtins:
             self._builtins[spec] = main
+            if idempotent:
+                self._idempotent.add(spec)
             self._resolved.pop(spec, None)
 
     def rescan_entry_points(self) -> None:
@@ -119,4 +131,5 @@ class ProgramTable:
             )
             log.warning("program %s: %s", spec, self._load_errors[spec])
             return None
-        return Program(spec, "entry_point", ep.value, main=main)
+        idempotent = getattr(main, "idempotent", False) is True
+        return Program(spec, "entry_point", ep.value, main=main, idempotent=idempotent)

@@ -24,10 +24,17 @@ from anyrtd.clock import Clock, SystemClock
 from anyrtd.config import CommandProgram
 from anyrtd.notify import child_environ
 from anyrtd.program import ProgramContext, ProgramFn, RunOutcome
-from anyrtd.programs import BUILTINS
+from anyrtd.programs import BUILTINS, IDEMPOTENT
 from anyrtd.rows import RunRow
 from anyrtd.runner.budget import Budget, Stalls
 from anyrtd.runner.capture import Capture, LastLine, LineSink, Pipes, RunLogger
+from anyrtd.runner.marks import (
+    NO_MARK_STATUS,
+    NOT_EXECUTABLE_STATUS,
+    NOT_FOUND_STATUS,
+    SUPERVISOR,
+    Marks,
+)
 from anyrtd.runner.process import (
     KILL_WAIT_S,
     OutOfDescriptors,
@@ -159,17 +166,21 @@ class Runner:
         output_cap: int = 1 << 20,
         extra_builtins: Mapping[str, ProgramFn] | None = None,
         watch_stalls: bool | None = None,
+        marks: Marks | None = None,
     ) -> None:
         """`watch_stalls`: leave out of each run's budget the time the daemon was stopped
         (`anyrtd.runner.budget`); by default on the real clock only, as a test's fake clock
-        moves by jumps that are no stalls."""
+        moves by jumps that are no stalls. `marks`: spawn each command under the supervisor
+        that writes its marks there (`anyrtd.runner.marks`); None, the command alone."""
         if not timeout_s > 0:
             raise ValueError(f"run budget must be greater than 0 s, got {timeout_s!r}")
         self._client = client
         self._clock = clock
         self._agent_name = agent_name
         self._space = space
-        self._programs = ProgramTable({**BUILTINS, **(extra_builtins or {})}, commands)
+        self._programs = ProgramTable(
+            {**BUILTINS, **(extra_builtins or {})}, commands, idempotent=IDEMPOTENT
+        )
         self._timeout_s = timeout_s
         self._kill_grace_s = max(0.0, kill_grace_s)
         self._output_cap = output_cap
@@ -179,6 +190,8 @@ class Runner:
         if watch_stalls is None:
             watch_stalls = isinstance(clock, SystemClock)
         self._stalls = Stalls(clock, watch=watch_stalls)
+        self.marks = marks
+        """Where each command's supervisor writes its marks (None: no supervisor)."""
         self.generation = 0
         """Counts the changes of the program table and the budget: a run made ready before
         one is made ready again when it starts (`go`)."""
@@ -230,11 +243,19 @@ class Runner:
         """Return the program installed here under `spec`, or None."""
         return self._programs.resolve(spec)
 
-    def install(self, spec: str, main: ProgramFn, *, event_only: str | None = None) -> None:
+    def install(
+        self,
+        spec: str,
+        main: ProgramFn,
+        *,
+        event_only: str | None = None,
+        idempotent: bool = False,
+    ) -> None:
         """Add an in-process built-in (the daemon's `internal:` programs) unless one exists.
         `event_only`: the program runs only on an event, and this says why (a run by hand
-        of it is refused, `by_hand`)."""
-        self._programs.install(spec, main)
+        of it is refused, `by_hand`); `idempotent`: its effects are idempotent by the run id
+        (a run a crash left ambiguous is run again)."""
+        self._programs.install(spec, main, idempotent=idempotent)
         self.generation += 1
         if event_only is not None:
             self._event_only[spec] = event_only
@@ -524,9 +545,14 @@ class Runner:
         capture = launch.capture
         payload = json.dumps(dict(launch.args), default=str).encode() + b"\n"
         env = self._command_env(cmd, launch.row)
+        marks = self.marks
+        argv: tuple[str, ...] = cmd.argv
+        if marks is not None:
+            argv = ("/bin/sh", "-c", SUPERVISOR, "anyrtd-run", marks.prefix(launch.row.run_id))
+            argv += cmd.argv
         try:  # launch.start() is called just before the spawn (again, if it is retried)
             proc, out_r, err_r = await spawn_in_group(
-                cmd.argv, cwd=cmd.cwd, env=env, before_spawn=launch.start, stop=launch.stop
+                argv, cwd=cmd.cwd, env=env, before_spawn=launch.start, stop=launch.stop
             )
         except OutOfDescriptors as exc:  # the daemon's fault: not the program's
             if launch.stop.result() == "interrupt":
@@ -577,6 +603,9 @@ class Runner:
             self._stopped(why, launch)
             return
         rc = waiter.result()
+        if marks is not None and rc in _NOT_STARTED and not marks.started(launch.row.run_id):
+            launch.end(RunStatus.FAILED, *_not_started(rc, cmd, program.spec, marks))
+            return
         result: dict[str, Any] = {}
         line = last_line.finish()
         if line is not None:
@@ -606,6 +635,22 @@ HELD_S = 1.0
 was held up by the server, and its end is not counted toward the breaker."""
 EX_TEMPFAIL = 75
 """The exit status (sysexits.h) by which a command says the any server could not be reached."""
+
+_NOT_STARTED = (NOT_FOUND_STATUS, NOT_EXECUTABLE_STATUS, NO_MARK_STATUS)
+
+
+def _not_started(rc: int, cmd: CommandProgram, spec: str, marks: Marks) -> tuple[str, str]:
+    """Return the error type and error of a command its supervisor did not start."""
+    fix = f'check argv in the local config\'s [programs."{spec}"] table'
+    if rc == NOT_FOUND_STATUS:
+        return "FileNotFoundError", f"cannot start command {cmd.argv[0]!r}: not found; {fix}"
+    if rc == NOT_EXECUTABLE_STATUS:
+        return "PermissionError", f"cannot start command {cmd.argv[0]!r}: not executable; {fix}"
+    return DAEMON_FAULT, (
+        f"command {cmd.argv[0]!r} was not started: its start mark could not be written in "
+        f"{marks.folder} (without it a crash could not tell whether it ran); the program was "
+        "not at fault: free space for the state directory"
+    )
 
 
 def _ours(program: Program) -> bool:

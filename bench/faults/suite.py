@@ -21,6 +21,7 @@ FAMILIES = {
     "programs": "hostile",
     "fleet": "fleet",
     "storm": "storm",
+    "startwin": "startwin",
 }
 
 
