@@ -70,13 +70,10 @@ async def bench(messages: int, burst: int) -> dict[str, Any]:
             client=client,
             runner=runner,
         )
-        ticked = asyncio.Event()
-        daemon.listeners.append(ticked.set)
         try:
             await daemon.start()
             while daemon.places is None or daemon.peer_id is None:
-                ticked.clear()
-                await ticked.wait()
+                await daemon.ticks.next(within=2.0)
             chat_id = await user.child("bao", "bao/v1", "bao/chat/general")
             chat = Dataset("bao", chat_id, "chat_messages")
             fields = {
@@ -88,8 +85,7 @@ async def bench(messages: int, burst: int) -> dict[str, Any]:
             }
             await user.upsert(daemon.places.triggers, [Upsert("bench-events", fields)])
             while "bench-events" not in daemon.registry or not daemon.role.live.heads:
-                ticked.clear()
-                await ticked.wait()
+                await daemon.ticks.next(within=2.0)
 
             async def send(mid: str) -> float:
                 sent = time.time()
